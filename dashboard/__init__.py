@@ -1,0 +1,1 @@
+"""The Streamlit dashboard. Installed as gpuprobe.dashboard."""

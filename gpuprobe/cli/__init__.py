@@ -1,0 +1,1 @@
+"""The `gpuprobe` command. Each subcommand is a module in gpuprobe.cli.commands."""

@@ -1,0 +1,39 @@
+"""`gpuprobe store`: inspect the store and apply retention."""
+from __future__ import annotations
+
+import json
+
+NAME = "store"
+HELP = "inspect the store file and apply retention to old samples"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("action", choices=["info", "retention"],
+                   help="info: schema version and row counts; retention: drop or thin old samples")
+    p.add_argument("--max-age", default="7d", help="retention: age beyond which samples go (default 7d)")
+    p.add_argument("--mode", choices=["delete", "downsample"], default="downsample",
+                   help="retention: delete old samples, or keep one mean per --resolution")
+    p.add_argument("--resolution", default="60s", help="retention: bucket kept by --mode downsample")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args) -> int:
+    from gpuprobe.store import Store
+    from gpuprobe.units import parse_duration
+
+    with Store.open(args.store) as store:
+        if args.action == "retention":
+            removed = store.apply_retention(parse_duration(args.max_age, "--max-age"), args.mode,
+                                            parse_duration(args.resolution, "--resolution"))
+            out = {"removed_rows": removed, "mode": args.mode}
+        else:
+            tables = ["samples", "series", "requests", "steps", "workloads", "workload_requests",
+                      "layout_events", "events", "forecasts", "recommendations", "runs"]
+            out = {"path": str(store.path), "schema_version": store.schema_version(),
+                   "rows": {t: store._conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for k, v in out.items():
+            print(f"{k}: {v}")
+    return 0

@@ -1,0 +1,109 @@
+"""The store's schema as forward migrations.
+
+MIGRATIONS[i] takes a database from schema version i to i + 1. Never edit a migration that has
+shipped: add a new one. Column names carry their units (`_s` seconds since the Unix epoch for
+absolute times, `_s` durations otherwise, `_tokens`, `_bytes`, `_pct`).
+"""
+
+APP_ID = "gpuprobe"
+
+_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+-- One row per time series; samples refer to it so that a sample row is three numbers.
+CREATE TABLE series (
+    id INTEGER PRIMARY KEY,
+    host TEXT NOT NULL, source TEXT NOT NULL, device TEXT NOT NULL, metric TEXT NOT NULL,
+    labels TEXT NOT NULL DEFAULT '',
+    UNIQUE (host, source, device, metric, labels)
+);
+CREATE TABLE samples (series_id INTEGER NOT NULL, ts_s REAL NOT NULL, value REAL);
+CREATE INDEX samples_by_series_time ON samples (series_id, ts_s, value);
+
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY, kind TEXT NOT NULL, host TEXT NOT NULL DEFAULT '',
+    started_s REAL NOT NULL, ended_s REAL, meta TEXT NOT NULL DEFAULT '{}'
+);
+
+CREATE TABLE requests (
+    pk INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL DEFAULT '', source TEXT NOT NULL, request_id TEXT NOT NULL,
+    host TEXT NOT NULL DEFAULT '', model TEXT, layout TEXT, workload TEXT,
+    arrival_s REAL, prompt_tokens INTEGER, output_tokens INTEGER,
+    queue_s REAL, prefill_start_s REAL, prefill_end_s REAL,
+    kv_handoff_s REAL, kv_handoff_bytes INTEGER,
+    first_token_s REAL, ttft_s REAL, tbt_p50_s REAL, tbt_p99_s REAL, tbt_max_s REAL,
+    finish_s REAL, e2e_s REAL, status TEXT NOT NULL DEFAULT 'ok', error TEXT,
+    token_times TEXT  -- JSON list: seconds from arrival of each output token
+);
+CREATE INDEX requests_by_run ON requests (run_id, arrival_s);
+CREATE INDEX requests_by_time ON requests (arrival_s);
+
+CREATE TABLE steps (
+    pk INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL DEFAULT '', host TEXT NOT NULL DEFAULT '', layout TEXT, role TEXT NOT NULL,
+    worker TEXT, start_s REAL NOT NULL, duration_s REAL NOT NULL,
+    num_prefill_seqs INTEGER, num_prefill_tokens INTEGER,
+    num_decode_seqs INTEGER, num_decode_ctx_tokens INTEGER,
+    kv_blocks_used INTEGER, kv_blocks_total INTEGER, num_preempted INTEGER
+);
+CREATE INDEX steps_by_run ON steps (run_id, start_s);
+
+CREATE TABLE workloads (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_s REAL NOT NULL,
+    source TEXT NOT NULL DEFAULT '', format TEXT NOT NULL DEFAULT '',
+    num_requests INTEGER NOT NULL DEFAULT 0, meta TEXT NOT NULL DEFAULT '{}'
+);
+-- arrival_s is seconds from the workload's first request (its epoch start, if known, is in meta).
+CREATE TABLE workload_requests (
+    workload_id INTEGER NOT NULL, idx INTEGER NOT NULL,
+    arrival_s REAL NOT NULL, prompt_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
+    model TEXT, log_type TEXT, session_id TEXT, hash_ids TEXT,
+    PRIMARY KEY (workload_id, idx)
+) WITHOUT ROWID;
+
+CREATE TABLE layout_events (
+    pk INTEGER PRIMARY KEY, ts_s REAL NOT NULL, host TEXT NOT NULL DEFAULT '', run_id TEXT,
+    from_layout TEXT, to_layout TEXT NOT NULL, prefill_share REAL, actor TEXT, reason TEXT,
+    status TEXT NOT NULL DEFAULT 'ok', detail TEXT NOT NULL DEFAULT '{}'
+);
+
+CREATE TABLE events (
+    pk INTEGER PRIMARY KEY, ts_s REAL NOT NULL, host TEXT NOT NULL DEFAULT '',
+    source TEXT NOT NULL, device TEXT NOT NULL DEFAULT '', kind TEXT NOT NULL, message TEXT
+);
+CREATE INDEX events_by_time ON events (ts_s);
+
+CREATE TABLE forecasts (
+    pk INTEGER PRIMARY KEY, created_s REAL NOT NULL, workload TEXT, model TEXT NOT NULL,
+    target_s REAL NOT NULL, metric TEXT NOT NULL, value REAL, lo REAL, hi REAL
+);
+
+CREATE TABLE recommendations (
+    pk INTEGER PRIMARY KEY, created_s REAL NOT NULL, host TEXT NOT NULL DEFAULT '',
+    workload TEXT, layout TEXT NOT NULL, prefill_share REAL, confidence REAL,
+    slo TEXT NOT NULL DEFAULT '{}', evidence TEXT NOT NULL DEFAULT '{}',
+    applied_s REAL
+);
+
+CREATE TABLE profiles (
+    pk INTEGER PRIMARY KEY, created_s REAL NOT NULL, name TEXT NOT NULL, target TEXT,
+    body TEXT NOT NULL
+);
+"""
+
+# Version 2: a 10-second rollup of every series (min, max, sum, count), kept up to date at
+# insert time, so that plotting a day of 10 Hz samples reads 8,640 rows instead of 864,000;
+# and how far retention has downsampled each series.
+_V2 = """
+CREATE TABLE samples_10s (
+    series_id INTEGER NOT NULL, bucket_s REAL NOT NULL,
+    value_min REAL, value_max REAL, value_sum REAL, num_samples INTEGER NOT NULL,
+    PRIMARY KEY (series_id, bucket_s)
+) WITHOUT ROWID;
+CREATE TABLE series_rollup (series_id INTEGER PRIMARY KEY, until_s REAL NOT NULL);
+"""
+
+ROLLUP_S = 10.0
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+SCHEMA_VERSION = len(MIGRATIONS)
