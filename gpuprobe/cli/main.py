@@ -26,8 +26,14 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _command_modules() -> list:
     import gpuprobe.cli.commands as pkg
-    mods = [importlib.import_module(f"{pkg.__name__}.{m.name}")
-            for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
+    mods = []
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name.startswith("_"):
+            continue
+        try:
+            mods.append(importlib.import_module(f"{pkg.__name__}.{info.name}"))
+        except Exception as exc:  # one broken command must not take the others down
+            sys.stderr.write(f"{PROG}: warning: command module {info.name!r} failed to load: {exc}\n")
     return sorted(mods, key=lambda m: m.NAME)
 
 

@@ -29,6 +29,8 @@ FORECAST_COLUMNS = ("created_s", "workload", "model", "target_s", "metric", "val
 RECOMMENDATION_COLUMNS = ("created_s", "host", "workload", "layout", "prefill_share", "confidence",
                           "slo", "evidence", "applied_s")
 _JSON_COLUMNS = {"token_times", "detail", "slo", "evidence"}
+# Values for NOT NULL columns a record leaves out.
+_DEFAULTS = {"host": "", "run_id": "", "status": "ok", "detail": "{}", "slo": "{}", "evidence": "{}"}
 
 
 def _row(table: str, columns: tuple[str, ...], record: Mapping[str, Any]) -> tuple:
@@ -36,7 +38,8 @@ def _row(table: str, columns: tuple[str, ...], record: Mapping[str, Any]) -> tup
     if unknown:
         raise ValueError(f"{table}: unknown columns {sorted(unknown)}")
     return tuple(json.dumps(record[c]) if c in _JSON_COLUMNS and record.get(c) is not None
-                 and not isinstance(record[c], str) else record.get(c) for c in columns)
+                 and not isinstance(record[c], str) else record.get(c, _DEFAULTS.get(c))
+                 for c in columns)
 
 
 class RecordTables:

@@ -32,7 +32,7 @@ DOWNSAMPLE_COLUMNS = ["ts_s", "host", "device", "value_min", "value_max", "value
 _ROLLUP_NEW_ROWS = """
 INSERT INTO samples_10s (series_id, bucket_s, value_min, value_max, value_sum, num_samples)
 SELECT series_id, CAST(ts_s / ? AS INTEGER) * ? AS b, MIN(value), MAX(value), SUM(value), COUNT(value)
-FROM samples WHERE rowid > ? GROUP BY series_id, b
+FROM samples NOT INDEXED WHERE rowid > ? GROUP BY series_id, b  -- a rowid range, not an index scan
 ON CONFLICT (series_id, bucket_s) DO UPDATE SET
     value_min = MIN(COALESCE(value_min, excluded.value_min), COALESCE(excluded.value_min, value_min)),
     value_max = MAX(COALESCE(value_max, excluded.value_max), COALESCE(excluded.value_max, value_max)),
@@ -73,7 +73,8 @@ class SampleTables:
 
         def write():
             ids = self._series_ids((s[1], s[2], s[3], s[4], s[6] if len(s) > 6 else "") for s in rows)
-            last = self._conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM samples").fetchone()[0]
+            # A bare MAX(rowid) is answered from the b-tree's end; wrapped in COALESCE it scans.
+            last = self._conn.execute("SELECT MAX(rowid) FROM samples").fetchone()[0] or 0
             self._conn.executemany(
                 "INSERT INTO samples (series_id, ts_s, value) VALUES (?,?,?)",
                 [(ids[(s[1], s[2], s[3], s[4], s[6] if len(s) > 6 else "")], s[0], s[5]) for s in rows])
