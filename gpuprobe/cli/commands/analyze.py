@@ -1,0 +1,47 @@
+"""`gpuprobe analyze`: the phase mix of a workload, bucket by bucket, and where it shifts."""
+from __future__ import annotations
+
+import json
+
+NAME = "analyze"
+HELP = "phase-mix analysis of a workload: tokens/s by phase, prefill share, change points"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--workload", required=True, help="workload name in the store, or a trace file")
+    p.add_argument("--bucket", default="10s", help="bucket width (default 10s)")
+    p.add_argument("--decode-tbt", default="30ms",
+                   help="seconds per decode token used for the Little's-law concurrency estimate (default 30ms)")
+    p.add_argument("--json", action="store_true", help="JSON: summary, change points and every bucket")
+
+
+def run(args) -> int:
+    from gpuprobe.workloads.loading import load_workload
+    from gpuprobe.store import Store
+    from gpuprobe.units import parse_duration
+    from gpuprobe.workloads.analyze import analyze
+
+    bucket_s = parse_duration(args.bucket, "--bucket")
+    if bucket_s <= 0:
+        from gpuprobe.errors import UserError
+        raise UserError("--bucket: must be more than 0s")
+    with Store.open(args.store) as store:
+        df = load_workload(store, args.workload)
+    mix = analyze(df, bucket_s, parse_duration(args.decode_tbt, "--decode-tbt"))
+    if args.json:
+        print(json.dumps(mix.to_dict()))
+        return 0
+    s = mix.summary
+    ratio = f"{s['prompt_output_ratio']:.1f} : 1" if s["prompt_output_ratio"] else "n/a"
+    print(f"requests {s['requests']:,} over {s['span_s']:,.0f} s; prompt:output tokens {ratio}; "
+          f"prefill share {s['prefill_token_share']:.3f}")
+    print(f"concurrent decodes (Little's law, TBT {s['decode_tbt_s_assumed'] * 1000:.0f} ms assumed): "
+          f"mean {s['concurrent_decodes_est_mean']:.1f}, max {s['concurrent_decodes_est_max']:.1f}")
+    if s["prefix_block_reuse"] is not None:
+        print(f"prefix sharing: {s['prefix_block_reuse']:.1%} of 512-token blocks seen before")
+    cps = ", ".join(f"{t:,.0f}s" for t in mix.change_points_s) or "none"
+    print(f"prefill-share change points: {cps}")
+    cols = ["start_s", "requests_per_s", "prefill_tokens_per_s", "decode_tokens_per_s", "prefill_token_share",
+            "concurrent_decodes_est"]
+    print(mix.buckets[cols].to_string(index=False, float_format=lambda v: f"{v:,.2f}", max_rows=40))
+    return 0

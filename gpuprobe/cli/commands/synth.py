@@ -1,0 +1,46 @@
+"""`gpuprobe synth`: make a synthetic workload and save it like an import."""
+from __future__ import annotations
+
+import json
+
+NAME = "synth"
+HELP = "generate a synthetic workload (Poisson or gamma arrivals, resampled lengths, mix shift, daily cycle)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--name", required=True, help="workload name to save it under")
+    p.add_argument("--rate", type=float, default=2.0, help="mean arrival rate, requests/s (default 2)")
+    p.add_argument("--duration", default="600s", help="length of the workload (default 600s)")
+    p.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson", help="arrival process")
+    p.add_argument("--cv", type=float, default=1.0, help="gamma: coefficient of variation of gaps (>1 bursty)")
+    p.add_argument("--lengths-from", default="azure-conv",
+                   help="workload name, trace file, or bundled azure-conv / azure-code (default azure-conv)")
+    p.add_argument("--mix-shift", help="START:END mix, each neutral, decode-heavy or prefill-heavy")
+    p.add_argument("--daily-cycle", action="store_true", help="modulate the rate over a day (+-50%%)")
+    p.add_argument("--cycle-period", default="1d", help="period of --daily-cycle (default 1d; shorter to compress)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same workload)")
+    p.add_argument("--replace", action="store_true", help="overwrite a workload of the same name")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run(args) -> int:
+    from gpuprobe.store import Store
+    from gpuprobe.units import parse_duration
+    from gpuprobe.workloads.loading import lengths_source
+    from gpuprobe.workloads.summary import summarize
+    from gpuprobe.workloads.synth import parse_mix_shift, synthesize
+
+    duration_s = parse_duration(args.duration, "--duration")
+    period_s = parse_duration(args.cycle_period, "--cycle-period")
+    with Store.open(args.store) as store:
+        lengths = lengths_source(store, args.lengths_from)
+        df = synthesize(args.rate, duration_s, lengths, args.arrival, args.cv, parse_mix_shift(args.mix_shift),
+                        args.daily_cycle, period_s, args.seed)
+        summary = summarize(df, args.name)
+        params = {k: getattr(args, k) for k in ("rate", "arrival", "cv", "lengths_from", "mix_shift",
+                                                "daily_cycle", "seed")}
+        store.save_workload(args.name, df, source="synth", fmt="synth", replace=args.replace,
+                            meta={"summary": summary.to_dict(), "params": {**params, "duration_s": duration_s,
+                                                                            "cycle_period_s": period_s}})
+    print(json.dumps(summary.to_dict()) if args.json else "\n".join(summary.lines()))
+    return 0

@@ -1,0 +1,64 @@
+"""Any CSV or JSONL trace, given a column mapping:
+`--map timestamp=ts,prompt_tokens=in,output_tokens=out[,model=m,session_id=s] --time-unit ms`.
+
+`--time-unit` is s, ms, us, ns, or iso (ISO 8601 date-times). JSONL is recognised by a first
+non-blank character `{`.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from gpuprobe.errors import UserError
+from gpuprobe.workloads import convert
+from gpuprobe.workloads.chunk import find_columns, make_chunk
+from gpuprobe.workloads.readers import csv_chunks, jsonl_chunks
+
+TIME_FIELD = "timestamp"
+REQUIRED = ("timestamp", "prompt_tokens", "output_tokens")
+OPTIONAL = ("model", "log_type", "session_id")
+
+
+def parse_map(text: str | None) -> dict[str, str]:
+    """'timestamp=ts,prompt_tokens=in,output_tokens=out' -> {'timestamp': 'ts', ...}."""
+    mapping = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, sep, col = part.partition("=")
+        if not sep or key.strip() not in REQUIRED + OPTIONAL or not col.strip():
+            raise UserError(f"--map: {part!r} is not KEY=COLUMN with KEY one of {', '.join(REQUIRED + OPTIONAL)}")
+        mapping[key.strip()] = col.strip()
+    missing = [k for k in REQUIRED if k not in mapping]
+    if missing:
+        raise UserError(f"--map: missing {', '.join(missing)} (e.g. --map timestamp=ts,prompt_tokens=in,output_tokens=out)")
+    return mapping
+
+
+def is_jsonl(path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(4096).lstrip()[:1] == b"{"
+
+
+def _convert(cols, lines, m, opts, bad) -> dict:
+    unit = opts.time_unit or "s"
+    if unit == "iso":
+        t, ok_t = convert.epoch_seconds(cols[m["timestamp"]], lines, m["timestamp"], bad)
+    elif unit in convert.TIME_UNITS:
+        t, ok_t = convert.seconds(cols[m["timestamp"]], lines, m["timestamp"], bad, unit)
+    else:
+        raise UserError(f"--time-unit: {unit!r} is not one of s, ms, us, ns, iso")
+    p, ok_p = convert.tokens(cols[m["prompt_tokens"]], lines, m["prompt_tokens"], bad)
+    o, ok_o = convert.tokens(cols[m["output_tokens"]], lines, m["output_tokens"], bad)
+    extra = {k: convert.texts(cols[m[k]]) for k in OPTIONAL if k in m}
+    return make_chunk(lines, t, p, o, ok_t & ok_p & ok_o, **extra)
+
+
+def chunks(path, opts, bad) -> Iterator[dict]:
+    mapping = parse_map(opts.mapping)
+    if is_jsonl(path):
+        for lines, objs in jsonl_chunks(path, bad, opts.chunk_rows):
+            cols = {col: [o.get(col) for o in objs] for col in mapping.values()}
+            yield _convert(cols, lines, mapping, opts, bad)
+        return
+    for header, lines, cols in csv_chunks(path, bad, opts.chunk_rows):
+        found = find_columns(header, {k: v for k, v in mapping.items() if k in REQUIRED}, path,
+                             {k: v for k, v in mapping.items() if k in OPTIONAL})
+        yield _convert(cols, lines, found, opts, bad)
