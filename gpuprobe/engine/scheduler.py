@@ -1,0 +1,321 @@
+"""Scheduling policy: which sequences prefill or decode in the next step. Pure Python.
+
+Two policies, chosen by SchedulerConfig.chunked_prefill_tokens:
+- None: prefill-first (vLLM v0 / nano-vllm). Waiting prompts are prefilled whole; a step
+  either prefills or decodes, never both.
+- an int: chunked prefill (vLLM chunked prefill / Sarathi). Each step has that token budget;
+  running decodes take it first and prefill chunks fill the rest.
+KV blocks for a whole prompt are taken when it is admitted, so only decodes grow; when a
+decode cannot get a block, the newest running sequence is preempted and recomputed later.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from gpuprobe.engine.block_manager import BlockManager
+from gpuprobe.engine.sequence import Sequence, SeqStatus
+
+ROLES = ("mixed", "prefill", "decode")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Limits and layout of one scheduler. Token counts are per step.
+
+    role: 'mixed' prefills and decodes; 'prefill' only prefills and hands each sequence on
+    after its first token (pop_prefilled); 'decode' takes prefilled sequences
+    (add_prefilled) and decodes them, recomputing only the ones it had to preempt.
+    """
+
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    chunked_prefill_tokens: int | None = None
+    num_blocks: int = 1024
+    block_size: int = 16
+    eos_token_id: int | None = None
+    role: str = "mixed"
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "num_blocks", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.chunked_prefill_tokens is not None and self.chunked_prefill_tokens < 1:
+            raise ValueError(f"chunked_prefill_tokens must be >= 1 or None, "
+                             f"got {self.chunked_prefill_tokens}")
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """Prefill positions [start, start + num_tokens) of seq.token_ids.
+
+    is_last: the chunk reaches the end of the sequence, so the step samples a token for it.
+    """
+
+    seq: Sequence
+    start: int
+    num_tokens: int
+    is_last: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Fixed now: seq.num_tokens grows once the step's token is appended.
+        object.__setattr__(self, "is_last", self.start + self.num_tokens == self.seq.num_tokens)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One step's work. Decode seqs each feed their last token at position num_tokens - 1.
+
+    The counts are taken when the batch is built; the sequences themselves move on after
+    postprocess().
+    """
+
+    prefill: list[PrefillChunk] = field(default_factory=list)
+    decode: list[Sequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    num_prefill_tokens: int = field(init=False)
+    num_decode_ctx_tokens: int = field(init=False)  # KV positions the decodes attend over
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_prefill_tokens", sum(c.num_tokens for c in self.prefill))
+        object.__setattr__(self, "num_decode_ctx_tokens",
+                           sum(s.num_computed_tokens + 1 for s in self.decode))
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + len(self.decode)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.prefill and not self.decode
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """A token sampled for a request. index: 0-based position among its completion tokens."""
+
+    seq_id: str
+    token_id: int
+    index: int
+    finished: bool
+    finish_reason: str | None
+
+
+class Scheduler:
+    """Continuous batching over a BlockManager; see the module docstring for the policies."""
+
+    def __init__(self, config: SchedulerConfig):
+        self.config = config
+        self.block_manager = BlockManager(config.num_blocks, config.block_size)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # admission order: newest last, preempted first
+        self._prefilled: list[Sequence] = []  # role='prefill': done, blocks still held
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def has_unfinished(self) -> bool:
+        """Whether any sequence waits or runs (handed-over prefilled ones do not count)."""
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new request (roles 'mixed' and 'prefill')."""
+        if self.config.role == "decode":
+            raise ValueError("a decode-role scheduler takes sequences through add_prefilled()")
+        self._check_fits(seq)
+        seq.status = SeqStatus.WAITING
+        self.waiting.append(seq)
+
+    def add_prefilled(self, seq: Sequence) -> bool:
+        """Take a sequence prefilled elsewhere; allocate blocks for its computed tokens.
+
+        Returns False, changing nothing, when there is no room now: the caller keeps it
+        queued and tries again after a step. The caller then imports its KV into
+        seq.block_table.
+        """
+        if self.config.role == "prefill":
+            raise ValueError("a prefill-role scheduler does not decode")
+        if not seq.is_prefill_done or seq.block_table:
+            raise ValueError(f"{seq.seq_id}: add_prefilled wants a prefilled sequence "
+                             f"released from its prefill scheduler, got {seq!r}")
+        self._check_fits(seq)
+        # Recomputing preempted sequences comes before taking new ones.
+        if (self.waiting or len(self.running) >= self.config.max_num_seqs
+                or not self.block_manager.can_allocate(seq, 1)):
+            return False
+        self.block_manager.allocate(seq, 0)
+        seq.status = SeqStatus.RUNNING
+        self.running.append(seq)
+        return True
+
+    def abort(self, seq_id: str) -> bool:
+        """Drop a request wherever it is and free its blocks. Returns whether it was found."""
+        for queue in (self.waiting, self.running, self._prefilled):
+            for seq in queue:
+                if seq.seq_id == seq_id:
+                    queue.remove(seq)
+                    self._retire(seq, "abort")
+                    return True
+        return False
+
+    def pop_prefilled(self) -> list[Sequence]:
+        """role='prefill': sequences whose prefill completed since the last call.
+
+        Their blocks stay allocated so the caller can export the KV; then call release().
+        """
+        done, self._prefilled = self._prefilled, []
+        return done
+
+    def release(self, seq: Sequence) -> None:
+        """Free the blocks of a handed-over sequence once its KV has been exported."""
+        self.block_manager.deallocate(seq)
+
+    def schedule(self) -> Batch:
+        if self.config.chunked_prefill_tokens is None:
+            return self._schedule_prefill_first()
+        return self._schedule_chunked(self.config.chunked_prefill_tokens)
+
+    def postprocess(self, batch: Batch, token_ids: dict[str, int]) -> list[TokenEvent]:
+        """Advance KV progress after a step and append the sampled tokens.
+
+        token_ids maps seq_id -> token for every decode seq and every last prefill chunk.
+        Finished sequences free their blocks; sequences aborted meanwhile are skipped.
+        """
+        events = []
+        for chunk in batch.prefill:
+            if chunk.seq.is_finished:
+                continue
+            chunk.seq.num_computed_tokens = chunk.start + chunk.num_tokens
+            if chunk.is_last:
+                events.append(self._append(chunk.seq, token_ids[chunk.seq.seq_id]))
+        for seq in batch.decode:
+            if seq.is_finished:
+                continue
+            seq.num_computed_tokens += 1
+            events.append(self._append(seq, token_ids[seq.seq_id]))
+        return events
+
+    def _schedule_prefill_first(self) -> Batch:
+        prefill = self._admit(self.config.max_num_batched_tokens, whole=True)
+        if prefill or self.config.role == "prefill":
+            return Batch(prefill=prefill)
+        decode, preempted = self._schedule_decodes(self.config.max_num_seqs)
+        return Batch(decode=decode, preempted=preempted)
+
+    def _schedule_chunked(self, budget: int) -> Batch:
+        decode, preempted = [], []
+        if self.config.role != "prefill":
+            decode, preempted = self._schedule_decodes(min(self.config.max_num_seqs, budget))
+        budget -= len(decode)
+        prefill = []
+        for seq in self.running:  # prompts part-way through, oldest first
+            if budget <= 0:
+                break
+            if not seq.is_prefill_done:
+                n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+                prefill.append(PrefillChunk(seq, seq.num_computed_tokens, n))
+                budget -= n
+        # A step that just preempted has no blocks to spare for new prompts.
+        if not preempted:
+            prefill += self._admit(budget, whole=False)
+        return Batch(prefill=prefill, decode=decode, preempted=preempted)
+
+    def _admit(self, budget: int, whole: bool) -> list[PrefillChunk]:
+        """Move waiting sequences to running, FCFS, taking blocks for their whole prompt.
+
+        whole: prefill each prompt in one chunk; the first one may exceed the budget, so a
+        prompt longer than it still runs (alone).
+        """
+        chunks: list[PrefillChunk] = []
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            remaining = seq.num_tokens - seq.num_computed_tokens
+            n = remaining if whole else min(remaining, budget)
+            if whole and chunks and n > budget:
+                break
+            if not self.block_manager.can_allocate(seq, remaining):
+                break
+            self.block_manager.allocate(seq, remaining)
+            self.waiting.popleft()
+            seq.status = SeqStatus.RUNNING
+            self.running.append(seq)
+            chunks.append(PrefillChunk(seq, seq.num_computed_tokens, n))
+            budget -= n
+        return chunks
+
+    def _schedule_decodes(self, max_seqs: int) -> tuple[list[Sequence], list[Sequence]]:
+        """Up to max_seqs decodes, oldest first; preempt the newest when blocks run out."""
+        decode: list[Sequence] = []
+        preempted: list[Sequence] = []
+        for seq in [s for s in self.running if s.is_prefill_done]:
+            if len(decode) >= max_seqs:
+                break
+            if seq.status is not SeqStatus.RUNNING:
+                continue  # preempted above to make room for an older one
+            while not self.block_manager.can_append(seq):
+                victim = self._newest_unscheduled(decode)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            else:
+                self.block_manager.may_append(seq)
+                decode.append(seq)
+        return decode, preempted
+
+    def _newest_unscheduled(self, scheduled: list[Sequence]) -> Sequence:
+        taken = {id(s) for s in scheduled}
+        return next(s for s in reversed(self.running) if id(s) not in taken)
+
+    def _preempt(self, seq: Sequence) -> None:
+        # Recompute, not swap: the KV is dropped and the whole token list prefilled again.
+        self.running.remove(seq)
+        self.block_manager.deallocate(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SeqStatus.WAITING
+        self.waiting.appendleft(seq)
+
+    def _append(self, seq: Sequence, token_id: int) -> TokenEvent:
+        seq.append_token(token_id)
+        reason = self._finish_reason(seq, token_id)
+        if reason is not None:
+            self.running.remove(seq)
+            self._retire(seq, reason)
+        elif self.config.role == "prefill":
+            self.running.remove(seq)
+            self._prefilled.append(seq)
+        return TokenEvent(seq.seq_id, token_id, seq.num_completion_tokens - 1,
+                          reason is not None, reason)
+
+    def _finish_reason(self, seq: Sequence, token_id: int) -> str | None:
+        params = seq.params
+        # Like vLLM: ignore_eos ignores only EOS; explicit stop tokens still stop.
+        if token_id in params.stop_token_ids or (
+                not params.ignore_eos and token_id == self.config.eos_token_id):
+            return "stop"
+        if seq.num_completion_tokens >= params.max_tokens:
+            return "length"
+        return None
+
+    def _retire(self, seq: Sequence, reason: str) -> None:
+        self.block_manager.deallocate(seq)
+        seq.status = SeqStatus.FINISHED
+        seq.finish_reason = reason
+
+    def _check_fits(self, seq: Sequence) -> None:
+        # The longest KV a request can need: the last sampled token never gets KV.
+        max_positions = seq.num_prompt_tokens + seq.params.max_tokens - 1
+        if self.config.role == "prefill":
+            max_positions = seq.num_tokens
+        need = self.block_manager.num_blocks_for(max_positions)
+        if need > self.config.num_blocks:
+            raise ValueError(f"{seq.seq_id}: needs up to {need} KV blocks "
+                             f"({max_positions} tokens), the cache has {self.config.num_blocks}")
