@@ -1,0 +1,66 @@
+"""What one engine step does (Batch of PrefillChunks and decodes) and what it yields (TokenEvent).
+
+Plain data shared by the scheduler, the model runner and the simulator's cost model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuprobe.engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """Prefill positions [start, start + num_tokens) of seq.token_ids.
+
+    is_last: the chunk reaches the end of the sequence, so the step samples a token for it.
+    """
+
+    seq: Sequence
+    start: int
+    num_tokens: int
+    is_last: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Fixed now: seq.num_tokens grows once the step's token is appended.
+        object.__setattr__(self, "is_last", self.start + self.num_tokens == self.seq.num_tokens)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One step's work. Decode seqs each feed their last token at position num_tokens - 1.
+
+    The counts are taken when the batch is built; the sequences themselves move on after
+    postprocess().
+    """
+
+    prefill: list[PrefillChunk] = field(default_factory=list)
+    decode: list[Sequence] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    num_prefill_tokens: int = field(init=False)
+    num_decode_ctx_tokens: int = field(init=False)  # KV positions the decodes attend over
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_prefill_tokens", sum(c.num_tokens for c in self.prefill))
+        object.__setattr__(self, "num_decode_ctx_tokens",
+                           sum(s.num_computed_tokens + 1 for s in self.decode))
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + len(self.decode)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.prefill and not self.decode
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """A token sampled for a request. index: 0-based position among its completion tokens."""
+
+    seq_id: str
+    token_id: int
+    index: int
+    finished: bool
+    finish_reason: str | None
