@@ -2,7 +2,6 @@
 import subprocess
 import sys
 
-import pytest
 
 from gpuprobe.cli.main import main
 

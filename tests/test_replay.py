@@ -1,7 +1,6 @@
 """Replay: open-loop sends, exact token-id prompts, faults recorded as failures, stop keeps records,
 and 300 Azure conversation requests against the reference server."""
 import json
-import os
 import socket
 import subprocess
 import sys

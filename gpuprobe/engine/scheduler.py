@@ -12,7 +12,7 @@ decode cannot get a block, the newest running sequence is preempted and recomput
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpuprobe.engine.batch import Batch, PrefillChunk, TokenEvent  # noqa: F401 (re-exported)
 from gpuprobe.engine.block_manager import BlockManager
