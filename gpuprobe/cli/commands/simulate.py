@@ -1,0 +1,55 @@
+"""`gpuprobe simulate`: predict a workload's latency per layout from a profile."""
+from __future__ import annotations
+
+import json
+
+NAME = "simulate"
+HELP = "simulate a workload through layouts with a cost-model profile (no server needed)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--workload", required=True, metavar="NAME|FILE",
+                   help="stored workload, trace file, or azure-conv / azure-code (bundled)")
+    p.add_argument("--profile", required=True, metavar="FILE", help="profile JSON (gpuprobe profile)")
+    p.add_argument("--layouts", default="monolithic,intra,cross")
+    p.add_argument("--limit", type=int, default=None, help="first N requests only")
+    p.add_argument("--speed", type=float, default=1.0, help="arrival rate multiplier (default 1)")
+    p.add_argument("--slo-ttft", type=float, default=2.0, metavar="S")
+    p.add_argument("--slo-tbt", type=float, default=0.1, metavar="S", help="per-request mean TBT SLO, s")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--num-blocks", type=int, default=40000, help="KV blocks of 16 tokens per worker")
+    p.add_argument("--json", action="store_true")
+
+
+def run(args) -> int:
+    from gpuprobe.cli.commands.validate import load_named_workload
+    from gpuprobe.engine.scheduler import SchedulerConfig
+    from gpuprobe.errors import UserError
+    from gpuprobe.perf.metrics import AGG_METRICS, Slo, pick_best
+    from gpuprobe.perf.profile import load_profile
+    from gpuprobe.perf.sim_layouts import LAYOUTS, LayoutConfig
+    from gpuprobe.perf.simulator import simulate
+
+    layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
+    if not layouts or any(x not in LAYOUTS for x in layouts):
+        raise UserError(f"--layouts: choose from {', '.join(LAYOUTS)}")
+    if not args.speed > 0:
+        raise UserError(f"--speed must be > 0, got {args.speed}")
+    profile = load_profile(args.profile)
+    wl = load_named_workload(args.store, args.workload)
+    wl = wl.sort_values("arrival_s", kind="stable").iloc[:args.limit]
+    wl = wl.assign(arrival_s=(wl["arrival_s"] - wl["arrival_s"].iloc[0]) / args.speed)
+    kw = dict(max_num_seqs=args.max_num_seqs, num_blocks=args.num_blocks,
+              max_num_batched_tokens=max(2048, int(wl["prompt_tokens"].max())))
+    cfg = LayoutConfig(*(SchedulerConfig(role=r, **kw) for r in ("mixed", "prefill", "decode")))
+    slo = Slo(args.slo_ttft, args.slo_tbt)
+    out = {x: simulate(wl, profile, x, slo, cfg).summary for x in layouts}
+    best = pick_best(out)
+    if args.json:
+        print(json.dumps({"layouts": out, "best": best, "slo": slo.to_dict()}, default=float))
+        return 0
+    for x, s in out.items():
+        vals = " ".join(f"{m}={s[m]:.4g}" for m in AGG_METRICS)
+        print(f"{x:<11} {vals} slo={s['slo_attainment']:.3f} confidence={s['confidence']['level']}")
+    print(f"best: {best}")
+    return 0

@@ -1,0 +1,91 @@
+"""`gpuprobe validate`: predicted vs measured latency per layout on this machine."""
+from __future__ import annotations
+
+import json
+import math
+
+NAME = "validate"
+HELP = "profile the reference server, replay a workload per layout, compare with the simulator"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--workload", required=True, metavar="NAME|FILE",
+                   help="stored workload, trace file, or azure-conv / azure-code (bundled)")
+    p.add_argument("--model", default="tiny", help="reference server model (default tiny)")
+    p.add_argument("--layouts", default="monolithic,intra,cross",
+                   help="comma-separated layouts (default monolithic,intra,cross)")
+    p.add_argument("--load", type=float, default=0.6,
+                   help="offered load as a fraction of monolithic capacity (default 0.6)")
+    p.add_argument("--rate", type=float, default=None, metavar="R",
+                   help="offered request rate, req/s (overrides --load)")
+    p.add_argument("--limit", type=int, default=300, help="requests from the workload (default 300)")
+    p.add_argument("--token-scale", type=float, default=0.1,
+                   help="multiply prompt and output lengths (default 0.1, fits the tiny model)")
+    p.add_argument("--slo-ttft", type=float, default=0.5, metavar="S", help="TTFT SLO, s (default 0.5)")
+    p.add_argument("--slo-tbt", type=float, default=0.05, metavar="S",
+                   help="per-request mean TBT SLO, s (default 0.05)")
+    p.add_argument("--prefill-share", type=float, default=0.5,
+                   help="intra/cross: cores for prefill (default 0.5)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _options(args):
+    from gpuprobe.errors import UserError
+    from gpuprobe.perf.metrics import Slo
+    from gpuprobe.perf.sim_layouts import LAYOUTS
+    from gpuprobe.perf.validate import ValidateOptions
+
+    layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
+    bad = [x for x in layouts if x not in LAYOUTS]
+    if bad or not layouts:
+        raise UserError(f"--layouts: unknown {bad or 'empty list'}; choose from {', '.join(LAYOUTS)}")
+    for flag, v in (("--load", args.load), ("--token-scale", args.token_scale),
+                    ("--slo-ttft", args.slo_ttft), ("--slo-tbt", args.slo_tbt)):
+        if not v > 0:
+            raise UserError(f"{flag} must be > 0, got {v}")
+    if args.rate is not None and not args.rate > 0:
+        raise UserError(f"--rate must be > 0, got {args.rate}")
+    if args.limit < 2:
+        raise UserError(f"--limit must be >= 2, got {args.limit}")
+    return ValidateOptions(model=args.model, layouts=layouts, load=args.load, rate_rps=args.rate,
+                           limit=args.limit, token_scale=args.token_scale,
+                           slo=Slo(args.slo_ttft, args.slo_tbt), prefill_share=args.prefill_share)
+
+
+def load_named_workload(store_path, name: str):
+    """A stored workload, a file, or a bundled trace alias (azure-conv, azure-code)."""
+    from gpuprobe.store import Store
+    from gpuprobe.workloads.loading import bundled_trace, load_workload
+
+    with Store.open(store_path) as store:
+        path = bundled_trace(name)
+        if store.workload_id(name) is None and path is not None:
+            return load_workload(store, str(path))
+        return load_workload(store, name)
+
+
+def _fmt(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
+
+
+def run(args) -> int:
+    from gpuprobe.perf.validate import run_validate
+
+    opts = _options(args)
+    wl = load_named_workload(args.store, args.workload)
+    out = run_validate(wl, opts, progress=True)
+    if args.json:
+        print(json.dumps({k: v for k, v in out.items() if k != "profile"}, default=float))
+        return 0
+    print(f"{'layout':<11} {'metric':<17} {'predicted':>10} {'measured':>10} {'rel_error':>9}")
+    for r in out["rows"]:
+        print(f"{r['layout']:<11} {r['metric']:<17} {_fmt(r['predicted']):>10} "
+              f"{_fmt(r['measured']):>10} {_fmt(r['rel_error']):>9}")
+    for layout, s in out["summary"].items():
+        print(f"{layout}: median |rel error| over p50 metrics {_fmt(s['median_abs_rel_error_p50'])}; "
+              f"SLO attainment predicted {_fmt(s['slo_attainment_predicted'])}, "
+              f"measured {_fmt(s['slo_attainment_measured'])}")
+    print(f"best_measured: {out['best_measured']}  best_predicted: {out['best_predicted']}")
+    for note in out.get("notes", []):
+        print(note)
+    return 0

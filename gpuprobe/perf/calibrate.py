@@ -1,0 +1,110 @@
+"""Calibration load for a live server: prefill sweeps (one request at a time, max_tokens=1)
+and decode bursts (B concurrent streams). Client-side timings of every token come back.
+
+Uses the replay client (token-id prompts of exact length, ignore_eos, streaming), so what is
+measured is what a replay of a workload sees: HTTP, the front end, IPC and the engine.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from gpuprobe.errors import GpuprobeError
+
+PREFILL_SIZES = (16, 32, 64, 128, 256, 384, 512, 768, 1024)
+DECODE_BATCHES = (1, 2, 4, 8, 16, 32)
+DECODE_PROMPTS = (32, 320)
+DECODE_TOKENS = 24
+
+
+async def _models(session, base: str) -> tuple[str | None, int | None]:
+    from gpuprobe.workloads.replay import discover
+
+    return await discover(session, base)
+
+
+async def _session_run(base: str, fn, timeout_s: float):
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=5)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        model, vocab = await _models(session, base)
+        return await fn(session, model, vocab)
+
+
+def _check(recs: list[dict], what: str) -> list[dict]:
+    bad = [r for r in recs if r["status"] != "ok"]
+    if bad:
+        raise GpuprobeError(f"{what}: {len(bad)} of {len(recs)} calibration requests failed "
+                            f"(first: {bad[0]['status']} {bad[0].get('error') or ''})".strip())
+    return recs
+
+
+def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=DECODE_BATCHES,
+                    decode_prompts=DECODE_PROMPTS, decode_tokens: int = DECODE_TOKENS,
+                    reps: int = 2, timeout_s: float = 120.0, progress=None,
+                    vocab: int | None = None) -> dict:
+    """Send the calibration load; returns {'prefill': [rec], 'decode': [(B, L, [rec])],
+    't0_s', 't1_s'} with replay-client records (ttft_s, token_times in s from send).
+
+    Raises GpuprobeError when the server cannot be reached or a request fails.
+    """
+    from gpuprobe.workloads.replay_client import request_body, send_one, token_ids
+
+    base = base_url.rstrip("/")
+    rng = np.random.default_rng(0)
+    note = progress or (lambda msg: None)
+
+    async def go(session, model, found_vocab):
+        vocab_n = vocab or found_vocab or 1000
+        def body(n_prompt, n_out):
+            return request_body(model, token_ids(rng, n_prompt, vocab_n), n_out)
+
+        # Warm-up: first-call costs (allocator, thread pools) are not the steady state.
+        warm = await send_one(session, base + "/v1/completions", body(64, 4), {})
+        _check([warm], f"cannot profile {base}: warm-up request")
+        prefill = []
+        for rep in range(reps):
+            for n in prefill_sizes:
+                prefill.append(await send_one(session, base + "/v1/completions", body(n, 1),
+                                              {"prompt_tokens": n}))
+            note(f"prefill sweep {rep + 1}/{reps}")
+        _check(prefill, "prefill sweep")
+        decode = []
+        for L in decode_prompts:
+            for B in decode_batches:
+                recs = await asyncio.gather(*(send_one(session, base + "/v1/completions",
+                                                       body(L, decode_tokens), {"prompt_tokens": L})
+                                              for _ in range(B)))
+                decode.append((B, L, _check(list(recs), f"decode burst B={B}")))
+            note(f"decode sweep, prompt {L}")
+        return prefill, decode
+
+    t0 = time.time()
+    try:
+        prefill, decode = asyncio.run(_session_run(base, go, timeout_s))
+    except GpuprobeError:
+        raise
+    except Exception as exc:  # connection refused, DNS, timeouts: one line for the user
+        raise GpuprobeError(f"cannot profile {base}: {type(exc).__name__}: {exc}") from None
+    return {"prefill": prefill, "decode": decode, "t0_s": t0, "t1_s": time.time()}
+
+
+def client_prefill_points(cal: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(prompt tokens, TTFT s) from the prefill sweep: engine prefill plus front-end cost."""
+    recs = cal["prefill"]
+    return (np.array([r["prompt_tokens"] for r in recs], float),
+            np.array([r["ttft_s"] for r in recs], float))
+
+
+def client_decode_points(cal: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B, C at mid-stream, median TBT s) per decode burst: the decode step plus the loop gap."""
+    Bs, Cs, ys = [], [], []
+    for B, L, recs in cal["decode"]:
+        gaps = np.concatenate([np.diff(r["token_times"]) for r in recs if len(r["token_times"]) > 2])
+        Bs.append(B)
+        Cs.append(B * (L + len(recs[0]["token_times"]) / 2))
+        ys.append(float(np.median(gaps)))
+    return np.array(Bs, float), np.array(Cs, float), np.array(ys, float)

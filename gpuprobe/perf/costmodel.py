@@ -1,0 +1,188 @@
+"""The cost model as plain data: how long an engine step, a KV handoff and the front end take.
+
+One `StepCost` per engine worker (the monolithic engine, or the prefill / decode worker of a
+split layout), because a worker's speed depends on its share of the device:
+
+    prefill step   t = a + b*T + c*Q          T: prefill tokens in the step,
+                                              Q: attention work, sum over chunks of
+                                                 (start + n)^2 - start^2  (= T^2 for one prompt)
+    decode step    t = d0 + d1*B + d2*C       B: decoding sequences, C: KV positions they attend
+    mixed step     t = mixed_factor * (prefill + decode - min(a, d0))   one fixed cost, not two
+    every step     + step_overhead_s          scheduling and streaming between forward passes
+
+times `scale` (a worker derived from another at a smaller share runs slower). A `Profile`
+holds the workers, the KV handoff (latency + bytes / bandwidth, per link kind) and the front
+end (HTTP, tokenization, IPC per request, streaming per token). Each curve is a `Fit` with its
+quality; `Profile.confidence()` gathers every reason that makes a prediction 'low'.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from gpuprobe.perf.fit import Fit, fixed
+
+PREFILL_TERMS = ("1", "T", "Q")
+DECODE_TERMS = ("1", "B", "C")
+WORKERS = ("monolithic", "intra.prefill", "intra.decode", "cross.prefill", "cross.decode")
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One worker's step-time curves. All times in seconds."""
+
+    prefill: Fit
+    decode: Fit
+    mixed_factor: float = 1.0
+    mixed_source: str = "default"   # 'measured' once mixed steps were seen
+    step_overhead_s: float = 0.0
+    scale: float = 1.0
+    threads: int | None = None       # CPU threads the worker ran with when measured
+    reasons: tuple[str, ...] = ()    # extra reasons (e.g. derived from another worker)
+
+    def step_fn(self):
+        """A fast scalar function (T, Q, B, C) -> seconds, for the simulator's hot loop."""
+        a, b, c = self.prefill.coef
+        d0, d1, d2 = self.decode.coef
+        m, ovh, s = self.mixed_factor, self.step_overhead_s, self.scale
+        shared = min(a, d0)
+
+        def step_s(T: int, Q: float, B: int, C: int) -> float:
+            if T and B:
+                t = m * (a + b * T + c * Q + d0 + d1 * B + d2 * C - shared)
+            elif T:
+                t = a + b * T + c * Q
+            else:
+                t = d0 + d1 * B + d2 * C
+            return (t + ovh) * s
+        return step_s
+
+    def decode_coefs(self) -> tuple[float, float, float]:
+        """(d0 + overhead, d1, d2), all times scale: a decode step = k0 + k1*B + k2*C."""
+        d0, d1, d2 = self.decode.coef
+        s = self.scale
+        return ((d0 + self.step_overhead_s) * s, d1 * s, d2 * s)
+
+    def reasons_all(self) -> tuple[str, ...]:
+        out = list(self.reasons) + list(self.prefill.reasons) + list(self.decode.reasons)
+        if self.mixed_source == "default":
+            out.append("mixed-step slowdown not measured (factor 1.0 assumed)")
+        return tuple(out)
+
+    def to_dict(self) -> dict:
+        return {"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict(),
+                "mixed_factor": self.mixed_factor, "mixed_source": self.mixed_source,
+                "step_overhead_s": self.step_overhead_s, "scale": self.scale,
+                "threads": self.threads, "reasons": list(self.reasons)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepCost":
+        return cls(prefill=Fit.from_dict(d["prefill"]), decode=Fit.from_dict(d["decode"]),
+                   mixed_factor=float(d.get("mixed_factor", 1.0)),
+                   mixed_source=d.get("mixed_source", "default"),
+                   step_overhead_s=float(d.get("step_overhead_s", 0.0)),
+                   scale=float(d.get("scale", 1.0)), threads=d.get("threads"),
+                   reasons=tuple(d.get("reasons", ())))
+
+
+@dataclass(frozen=True)
+class Link:
+    """KV handoff over one link: seconds = latency_s + bytes / bytes_per_s."""
+
+    latency_s: float
+    bytes_per_s: float
+    source: str = "default"
+
+    def seconds(self, num_bytes: float) -> float:
+        return self.latency_s + num_bytes / self.bytes_per_s
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Front-end costs outside engine steps, in seconds.
+
+    request_in_s: HTTP receive + tokenize + hand to the engine (added before the engine sees a
+    request); token_out_s: from a step's end to the client reading that token (per token);
+    split_in_s: extra per-request IPC in split layouts (router -> prefill worker).
+    """
+
+    request_in_s: float = 0.0
+    token_out_s: float = 0.0
+    split_in_s: float = 0.0
+    source: str = "default"
+
+
+def kv_link_defaults() -> dict[str, Link]:
+    # Intra: a copy through shared memory on one host; cross: a TCP hop. Rough, low confidence.
+    return {"intra": Link(20e-6, 5e9), "cross": Link(200e-6, 1.25e9)}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything the simulator needs about one deployment. JSON-serialisable (to_dict)."""
+
+    workers: dict[str, StepCost]
+    links: dict[str, Link] = field(default_factory=kv_link_defaults)
+    overhead: Overhead = Overhead()
+    kv_bytes_per_token: int = 0
+    share_alpha: float = 1.0   # a worker at share s runs at s**alpha of the whole device's speed
+    prefill_share: float = 0.5
+    name: str = "profile"
+    meta: dict = field(default_factory=dict)
+
+    def worker(self, layout: str, role: str) -> StepCost:
+        """The step costs of `role` ('mixed'|'prefill'|'decode') in `layout`, derived if not measured."""
+        key = "monolithic" if layout == "monolithic" else f"{layout}.{role}"
+        if key in self.workers:
+            return self.workers[key]
+        base = self.workers.get("monolithic") or next(iter(self.workers.values()))
+        if layout == "intra":
+            share = self.prefill_share if role == "prefill" else 1.0 - self.prefill_share
+            return replace(base, scale=base.scale * share ** -self.share_alpha,
+                           reasons=base.reasons + (f"{key} derived from the whole device at share "
+                                                   f"{share:.2f} (alpha {self.share_alpha})",))
+        return replace(base, reasons=base.reasons + (f"{key} assumed equal to monolithic",))
+
+    def link(self, layout: str) -> Link:
+        return self.links.get(layout) or kv_link_defaults()[layout]
+
+    def confidence(self, layouts=("monolithic",)) -> dict:
+        """{'level': 'high'|'low', 'reasons': [...]} over the workers and links `layouts` use."""
+        reasons: list[str] = []
+        for layout in layouts:
+            roles = ("mixed",) if layout == "monolithic" else ("prefill", "decode")
+            for role in roles:
+                reasons += self.worker(layout, role).reasons_all()
+            if layout != "monolithic" and self.link(layout).source == "default":
+                reasons.append(f"{layout} KV handoff link not measured (default figures)")
+        if self.overhead.source == "default":
+            reasons.append("front-end overheads not measured (0 assumed)")
+        reasons = list(dict.fromkeys(reasons))
+        return {"level": "low" if reasons else "high", "reasons": reasons}
+
+    def to_dict(self) -> dict:
+        return {"version": 1, "name": self.name, "kv_bytes_per_token": self.kv_bytes_per_token,
+                "share_alpha": self.share_alpha, "prefill_share": self.prefill_share,
+                "workers": {k: w.to_dict() for k, w in self.workers.items()},
+                "links": {k: vars(v) for k, v in self.links.items()},
+                "overhead": vars(self.overhead), "meta": self.meta}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Profile":
+        return cls(workers={k: StepCost.from_dict(w) for k, w in d["workers"].items()},
+                   links={k: Link(**v) for k, v in d.get("links", {}).items()} or kv_link_defaults(),
+                   overhead=Overhead(**d.get("overhead", {})),
+                   kv_bytes_per_token=int(d.get("kv_bytes_per_token", 0)),
+                   share_alpha=float(d.get("share_alpha", 1.0)),
+                   prefill_share=float(d.get("prefill_share", 0.5)),
+                   name=d.get("name", "profile"), meta=d.get("meta", {}))
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+
+def simple_worker(a: float, b: float, c: float, d0: float, d1: float, d2: float,
+                  source: str = "default", **kw) -> StepCost:
+    """A StepCost from known coefficients (tests, roofline)."""
+    return StepCost(prefill=fixed(PREFILL_TERMS, (a, b, c), source),
+                    decode=fixed(DECODE_TERMS, (d0, d1, d2), source), **kw)

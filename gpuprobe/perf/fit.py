@@ -1,0 +1,101 @@
+"""Least-squares fits that carry their own quality: R^2, residuals, points and distinct sizes.
+
+A fit on too few distinct sizes or with a poor R^2 is flagged 'low'; every prediction that
+uses it inherits the flag and the reasons, so no number leaves the cost model silently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MIN_DISTINCT_SIZES = 5
+MIN_R2 = 0.9
+
+
+@dataclass(frozen=True)
+class Fit:
+    """y ~ sum(coef[i] * feature_i). Features are named in `terms` (e.g. '1', 'T', 'T^2').
+
+    r2: coefficient of determination on the fitted points; rmse_s: root-mean-square residual
+    (seconds for time fits); n_points / n_distinct: points and distinct x-sizes behind it;
+    x_max: the largest size fitted (predictions past it extrapolate); source: 'measured',
+    'store', 'roofline', 'default'.
+    """
+
+    terms: tuple[str, ...]
+    coef: tuple[float, ...]
+    r2: float = 1.0
+    rmse_s: float = 0.0
+    max_abs_rel_residual: float = 0.0
+    n_points: int = 0
+    n_distinct: int = 0
+    x_max: float = float("inf")
+    source: str = "measured"
+    reasons: tuple[str, ...] = field(default=())
+
+    @property
+    def confidence(self) -> str:
+        return "low" if self.reasons else "high"
+
+    def to_dict(self) -> dict:
+        return {"terms": list(self.terms), "coef": list(self.coef), "r2": self.r2,
+                "rmse_s": self.rmse_s, "max_abs_rel_residual": self.max_abs_rel_residual,
+                "n_points": self.n_points, "n_distinct": self.n_distinct,
+                "x_max": None if self.x_max == float("inf") else self.x_max,
+                "source": self.source, "reasons": list(self.reasons),
+                "confidence": self.confidence}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Fit":
+        x_max = d.get("x_max")
+        return cls(terms=tuple(d["terms"]), coef=tuple(float(c) for c in d["coef"]),
+                   r2=float(d.get("r2", 1.0)), rmse_s=float(d.get("rmse_s", 0.0)),
+                   max_abs_rel_residual=float(d.get("max_abs_rel_residual", 0.0)),
+                   n_points=int(d.get("n_points", 0)), n_distinct=int(d.get("n_distinct", 0)),
+                   x_max=float("inf") if x_max is None else float(x_max),
+                   source=d.get("source", "measured"), reasons=tuple(d.get("reasons", ())))
+
+
+def fixed(terms: tuple[str, ...], coef: tuple[float, ...], source: str,
+          reasons: tuple[str, ...] = ()) -> Fit:
+    """A curve that was not fitted (roofline, default): quality as given, no residuals."""
+    return Fit(terms=terms, coef=tuple(float(c) for c in coef), source=source, reasons=reasons)
+
+
+def least_squares(X: np.ndarray, y: np.ndarray, terms: tuple[str, ...], sizes: np.ndarray,
+                  what: str, nonneg: bool = True, min_distinct: int = MIN_DISTINCT_SIZES,
+                  min_r2: float = MIN_R2) -> Fit:
+    """Fit y = X @ coef. X: [n, len(terms)]; y: [n] seconds; sizes: [n] the x-size per point.
+
+    nonneg: coefficients are physical times per unit, so a negative one (noise on a term that
+    barely matters) is dropped and the rest refitted, rather than kept to predict negative times.
+    """
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(y, dtype=float)
+    n_points, n_distinct = len(y), len(np.unique(sizes)) if len(y) else 0
+    if n_points == 0:
+        return fixed(terms, (0.0,) * len(terms), "default", (f"{what}: no points to fit",))
+    active = list(range(len(terms)))
+    coef = np.zeros(len(terms))
+    while active:
+        sol, *_ = np.linalg.lstsq(X[:, active], y, rcond=None)
+        if not nonneg or (sol >= 0).all() or len(active) == 1:
+            coef[:] = 0.0
+            coef[active] = np.maximum(sol, 0.0) if nonneg else sol
+            break
+        active.pop(int(np.argmin(sol)))
+    pred = X @ coef
+    resid = y - pred
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    rel = np.abs(resid) / np.maximum(np.abs(y), 1e-12)
+    reasons = []
+    if n_distinct < min_distinct:
+        reasons.append(f"{what}: fitted on {n_distinct} distinct sizes (< {min_distinct})")
+    if r2 < min_r2 and n_distinct > 1:
+        reasons.append(f"{what}: R^2 {r2:.2f} below {min_r2}")
+    return Fit(terms=terms, coef=tuple(float(c) for c in coef), r2=r2,
+               rmse_s=float(np.sqrt((resid ** 2).mean())),
+               max_abs_rel_residual=float(rel.max()), n_points=n_points, n_distinct=n_distinct,
+               x_max=float(np.max(sizes)), source="measured", reasons=tuple(reasons))

@@ -1,0 +1,84 @@
+"""Latency metrics and SLO attainment, defined once for simulated and measured requests.
+
+Definitions (all seconds):
+- ttft_s: first token reaching the client minus the request's arrival.
+- tbt: the gap between consecutive tokens of one request. Aggregate TBT percentiles pool every
+  gap of every request (token-weighted), as a streaming user feels them.
+- tbt_mean_s (TPOT): per request, (last token - first token) / (tokens - 1).
+- A request meets the SLO when ttft_s <= slo_ttft_s and tbt_mean_s <= slo_tbt_s (a one-token
+  request meets the TBT part). The mean, not the request's p99, because a 10-token request's
+  p99 is its single worst gap, too noisy to compare measured with predicted.
+- throughput_tok_s: output tokens of completed requests / (last token - first arrival).
+- goodput_rps_per_device: requests meeting the SLO per second per device (cross uses 2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+AGG_METRICS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tbt_p50_s", "tbt_p90_s",
+               "tbt_p99_s", "throughput_tok_s")
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_s: float = 2.0
+    tbt_s: float = 0.2
+
+    def to_dict(self) -> dict:
+        return {"ttft_s": self.ttft_s, "tbt_s": self.tbt_s, "tbt_stat": "per-request mean (TPOT)"}
+
+
+def per_request(arrival_s, first_s, last_s, num_tokens) -> pd.DataFrame:
+    """Per-request table; NaN first_s marks a request that never produced a token."""
+    arrival_s, first_s, last_s = (np.asarray(x, dtype=float) for x in (arrival_s, first_s, last_s))
+    num_tokens = np.asarray(num_tokens)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tbt_mean = np.where(num_tokens > 1, (last_s - first_s) / (num_tokens - 1), np.nan)
+    return pd.DataFrame({"arrival_s": arrival_s, "output_tokens": num_tokens,
+                         "ttft_s": first_s - arrival_s, "e2e_s": last_s - arrival_s,
+                         "tbt_mean_s": tbt_mean, "ok": ~np.isnan(first_s)})
+
+
+def aggregate(req: pd.DataFrame, tbt_gaps_s: np.ndarray, slo: Slo, devices: int = 1) -> dict:
+    """Aggregates over a per_request() table and the pooled inter-token gaps."""
+    ok = req[req["ok"]]
+    out: dict = {"num_requests": int(len(req)), "num_completed": int(len(ok))}
+    if len(ok) == 0:
+        return {**out, **{m: float("nan") for m in AGG_METRICS}, "slo_attainment": 0.0,
+                "goodput_rps_per_device": 0.0}
+    ttft = ok["ttft_s"].to_numpy()
+    out["ttft_p50_s"], out["ttft_p90_s"], out["ttft_p99_s"] = np.percentile(ttft, [50, 90, 99])
+    if len(tbt_gaps_s):
+        out["tbt_p50_s"], out["tbt_p90_s"], out["tbt_p99_s"] = np.percentile(tbt_gaps_s, [50, 90, 99])
+    else:
+        out["tbt_p50_s"] = out["tbt_p90_s"] = out["tbt_p99_s"] = float("nan")
+    out["tbt_mean_s"] = float(np.mean(tbt_gaps_s)) if len(tbt_gaps_s) else float("nan")
+    span = float((ok["arrival_s"] + ok["e2e_s"]).max() - req["arrival_s"].min())
+    out["span_s"] = span
+    out["throughput_tok_s"] = float(ok["output_tokens"].sum() / span) if span > 0 else float("nan")
+    tbt_ok = ok["tbt_mean_s"].isna() | (ok["tbt_mean_s"] <= slo.tbt_s)
+    meets = (ok["ttft_s"] <= slo.ttft_s) & tbt_ok
+    out["slo_attainment"] = float(meets.sum() / len(req))
+    out["goodput_rps_per_device"] = float(meets.sum() / span / devices) if span > 0 else 0.0
+    return {k: (float(v) if isinstance(v, (np.floating, float)) else v) for k, v in out.items()}
+
+
+def gaps_from_token_times(token_times: list[list[float]]) -> np.ndarray:
+    """Pooled inter-token gaps from per-request token time lists (any common origin)."""
+    parts = [np.diff(np.asarray(t, dtype=float)) for t in token_times if t is not None and len(t) > 1]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def pick_best(summaries: dict[str, dict]) -> str | None:
+    """Best layout: highest SLO attainment, then lowest p99 TBT (NaN last)."""
+    if not summaries:
+        return None
+
+    def key(item):
+        s = item[1]
+        tbt = s.get("tbt_p99_s", float("nan"))
+        return (-s.get("slo_attainment", 0.0), float("inf") if tbt != tbt else tbt)
+    return min(summaries.items(), key=key)[0]

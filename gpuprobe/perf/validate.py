@@ -1,0 +1,175 @@
+"""Validate the performance model against the reference server on this machine.
+
+For each layout: start the server, calibrate (prefill and decode sweeps; the server's step
+records give the engine curves), replay the workload, stop. The monolithic profile fixes the
+load: its simulated capacity (the workload's requests all queued at once) times `load` is the
+request rate the workload is replayed at. Then every layout is simulated with its own measured
+profile and the predictions are compared with the replay's client-side measurements.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpuprobe.errors import GpuprobeError, UserError
+from gpuprobe.perf.metrics import Slo, aggregate, gaps_from_token_times, per_request, pick_best
+from gpuprobe.perf.sim_layouts import DEVICES, LayoutConfig
+
+COMPARED = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "throughput_tok_s")
+P50_METRICS = ("ttft_p50_s", "tbt_p50_s", "throughput_tok_s")
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    model: str = "tiny"
+    layouts: tuple[str, ...] = ("monolithic", "intra", "cross")
+    load: float | None = 0.6
+    rate_rps: float | None = None
+    limit: int = 300
+    token_scale: float = 0.1
+    slo: Slo = Slo(ttft_s=0.5, tbt_s=0.05)
+    prefill_share: float = 0.5
+    server_opts: tuple = ()   # extra start_server keyword pairs
+    calibration: tuple = ()   # run_calibration keyword pairs (smaller sweeps for tests)
+
+
+def prepare_workload(wl: pd.DataFrame, limit: int, token_scale: float, max_len: int) -> pd.DataFrame:
+    """First `limit` requests, lengths scaled and clipped so prompt + output fits the model."""
+    from gpuprobe.workloads.replay import scaled_lengths
+
+    wl = wl.sort_values("arrival_s", kind="stable").iloc[:limit]
+    if len(wl) < 2:
+        raise UserError(f"workload has {len(wl)} request(s); validate needs at least 2")
+    p, o = scaled_lengths(wl, token_scale)
+    o = np.minimum(o, max_len // 4)
+    p = np.minimum(p, max_len - o - 1)
+    arr = wl["arrival_s"].to_numpy(float)
+    return pd.DataFrame({"arrival_s": arr - arr[0], "prompt_tokens": p, "output_tokens": o})
+
+
+def measured_summary(records: pd.DataFrame, slo: Slo, devices: int) -> dict:
+    """Aggregate metrics from replay records, with the simulator's definitions."""
+    ok = records["status"] == "ok"
+    tt = [list(t) if o else [] for t, o in zip(records["token_times"], ok)]
+    arrival = records["arrival_s"].to_numpy(float)
+    arrival = arrival - arrival.min()
+    first = np.array([a + t[0] if t else np.nan for a, t in zip(arrival, tt)])
+    last = np.array([a + t[-1] if t else np.nan for a, t in zip(arrival, tt)])
+    n = np.array([len(t) for t in tt])
+    req = per_request(arrival, first, last, n)
+    return aggregate(req, gaps_from_token_times(tt), slo, devices)
+
+
+def compare(predicted: dict[str, dict], measured: dict[str, dict]) -> list[dict]:
+    rows = []
+    for layout in predicted:
+        for m in COMPARED:
+            p, q = predicted[layout].get(m), measured[layout].get(m)
+            err = (p - q) / q if p is not None and q and np.isfinite(p) and np.isfinite(q) else None
+            rows.append({"layout": layout, "metric": m, "predicted": p, "measured": q,
+                         "rel_error": err})
+    return rows
+
+
+def _say(msg: str, progress: bool) -> None:
+    if progress:
+        print(f"[validate {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool = True) -> dict:
+    """The whole validation; returns the JSON-ready result (see the CLI for its shape)."""
+    from gpuprobe.model.config import resolve_model
+    from gpuprobe.perf.costmodel import Overhead
+    from gpuprobe.perf.layout_probe import LayoutProbe, scheduler_configs
+    from gpuprobe.perf.profile import assemble
+    from gpuprobe.perf.simulator import simulate
+
+    cfg = resolve_model(opts.model)
+    wl = prepare_workload(workload, opts.limit, opts.token_scale, cfg.max_seq_len)
+    t_start = time.time()
+    order = ["monolithic"] + [x for x in opts.layouts if x != "monolithic"]
+    probes, speed, capacity = {}, 1.0, None
+    with tempfile.TemporaryDirectory(prefix="gpuprobe-validate-") as tmp:
+        for layout in order:
+            say = lambda m: _say(m, progress)  # noqa: E731
+            say(f"{layout}: starting the server")
+            with LayoutProbe(opts, layout, tmp, cfg.vocab_size, say) as probe:
+                probe.calibrate()
+                if layout == "monolithic":
+                    capacity = _capacity_rps(wl, probe, opts)
+                    target = opts.rate_rps or opts.load * capacity
+                    span = float(wl["arrival_s"].iloc[-1]) or 1.0
+                    speed = target / ((len(wl) - 1) / span)
+                    say(f"monolithic capacity {capacity:.1f} req/s (simulated from its profile); "
+                        f"replaying at {target:.1f} req/s (x{speed:.2f} the trace's rate)")
+                if layout in opts.layouts:
+                    probe.replay(wl.assign(arrival_s=wl["arrival_s"] / speed))
+            probes[layout] = probe
+    ovh = probes["monolithic"].overhead_s
+    profile = assemble([p.part for p in probes.values()],
+                       Overhead(request_in_s=max(0.0, ovh), source="measured"),
+                       max(p.kv_bytes_per_token for p in probes.values()),
+                       f"validate-{opts.model}", {"source": "validate", "model": opts.model},
+                       opts.prefill_share)
+    sim_wl = wl.assign(arrival_s=wl["arrival_s"] / speed)
+    configs = scheduler_configs(probes)
+    predicted, measured, confidence = {}, {}, {}
+    for layout in opts.layouts:
+        prof = profile
+        if layout != "monolithic":  # the split layouts' extra front-end path, measured per layout
+            prof = _with_split(profile, probes[layout].overhead_s - ovh)
+        res = simulate(sim_wl, prof, layout, opts.slo, configs)
+        predicted[layout] = res.summary
+        confidence[layout] = res.summary["confidence"]
+        measured[layout] = measured_summary(probes[layout].records, opts.slo, DEVICES[layout])
+    rows = compare(predicted, measured)
+    return _result(rows, predicted, measured, confidence, opts, capacity, speed, profile,
+                   time.time() - t_start, len(wl))
+
+
+def _with_split(profile, split_in_s: float):
+    from dataclasses import replace
+
+    return replace(profile, overhead=replace(profile.overhead, split_in_s=split_in_s))
+
+
+def _capacity_rps(wl: pd.DataFrame, probe, opts: ValidateOptions) -> float:
+    """Requests per second the monolithic layout finishes with every request queued at t=0."""
+    from gpuprobe.perf.costmodel import Overhead, Profile
+    from gpuprobe.perf.simulator import simulate
+
+    prof = Profile(workers=probe.part["workers"], overhead=Overhead(probe.overhead_s, 0, 0, "measured"))
+    res = simulate(wl.assign(arrival_s=0.0), prof, "monolithic", opts.slo,
+                   LayoutConfig(mixed=probe.scheduler_config("mixed")))
+    span = res.summary.get("span_s") or float("nan")
+    if not np.isfinite(span) or span <= 0:
+        raise GpuprobeError("could not estimate the monolithic capacity from its profile")
+    return len(wl) / span
+
+
+def _result(rows, predicted, measured, confidence, opts, capacity, speed, profile, wall_s, n) -> dict:
+    summary = {}
+    for layout in predicted:
+        errs = [abs(r["rel_error"]) for r in rows
+                if r["layout"] == layout and r["metric"] in P50_METRICS and r["rel_error"] is not None]
+        summary[layout] = {"median_abs_rel_error_p50": float(np.median(errs)) if errs else None,
+                           "slo_attainment_predicted": predicted[layout]["slo_attainment"],
+                           "slo_attainment_measured": measured[layout]["slo_attainment"]}
+    best_m, best_p = pick_best(measured), pick_best(predicted)
+    out = {"rows": rows, "best_measured": best_m, "best_predicted": best_p,
+           "slo": opts.slo.to_dict(), "summary": summary, "confidence": confidence,
+           "workload": {"num_requests": n, "token_scale": opts.token_scale, "load": opts.load,
+                        "rate_rps": opts.rate_rps, "capacity_rps": capacity, "speed": speed},
+           "wall_s": wall_s, "profile": profile.to_dict()}
+    for name, summ in (("best_measured", measured), ("best_predicted", predicted)):
+        b = out[name]
+        if b is not None and summ[b]["slo_attainment"] == 0.0:
+            out.setdefault("notes", []).append(
+                f"{name}: no layout meets these SLOs; {b} comes closest "
+                f"(p99 TBT {summ[b].get('tbt_p99_s', float('nan')):.4f} s)")
+    return out

@@ -1,0 +1,61 @@
+"""Cost model: least-squares fits recover known curves and flag poor ones; profiles round-trip."""
+import json
+
+import numpy as np
+import pytest
+
+from gpuprobe.perf.costmodel import DECODE_TERMS, Profile, simple_worker
+from gpuprobe.perf.fit import least_squares
+
+
+def test_fit_recovers_known_quadratic():
+    T = np.array([16, 32, 64, 128, 256, 512, 1024], float)
+    y = 0.002 + 1e-5 * T + 3e-9 * T ** 2
+    fit = least_squares(np.c_[np.ones_like(T), T, T ** 2], y, ("1", "T", "Q"), T, "prefill")
+    assert fit.coef == pytest.approx((0.002, 1e-5, 3e-9), rel=1e-6)
+    assert fit.r2 == pytest.approx(1.0)
+    assert fit.confidence == "high" and fit.n_distinct == 7 and fit.x_max == 1024
+
+
+def test_few_sizes_are_flagged_low():
+    T = np.array([16, 16, 32, 32], float)
+    fit = least_squares(np.c_[np.ones_like(T), T], 0.001 + 1e-5 * T, ("1", "T"), T, "prefill")
+    assert fit.confidence == "low"
+    assert any("distinct sizes" in r for r in fit.reasons)
+
+
+def test_noisy_fit_is_flagged_by_r2():
+    rng = np.random.default_rng(1)
+    B = np.repeat(np.arange(1, 9, dtype=float), 3)
+    y = 0.01 + rng.normal(0, 0.01, len(B)) ** 2
+    fit = least_squares(np.c_[np.ones_like(B), B], y, ("1", "B"), B, "decode")
+    assert fit.confidence == "low" and any("R^2" in r for r in fit.reasons)
+
+
+def test_negative_coefficients_are_dropped():
+    x = np.arange(1, 10, dtype=float)
+    y = 0.01 - 1e-6 * x  # slightly decreasing: physically a constant
+    fit = least_squares(np.c_[np.ones_like(x), x], y, ("1", "x"), x, "t")
+    assert fit.coef[1] == 0.0 and fit.coef[0] > 0
+
+
+def test_step_time_terms_and_mixed_step():
+    w = simple_worker(0.01, 1e-4, 1e-8, 0.005, 1e-3, 1e-6, step_overhead_s=0.001)
+    f = w.step_fn()
+    assert f(100, 100 ** 2, 0, 0) == pytest.approx(0.01 + 0.01 + 1e-4 + 0.001)
+    assert f(0, 0, 4, 400) == pytest.approx(0.005 + 0.004 + 0.0004 + 0.001)
+    # A mixed step pays one fixed cost, not two.
+    assert f(100, 1e4, 4, 400) == pytest.approx(f(100, 1e4, 0, 0) + f(0, 0, 4, 400) - 0.005 - 0.001)
+
+
+def test_profile_json_round_trip_and_confidence():
+    p = Profile(workers={"monolithic": simple_worker(0.01, 1e-4, 0, 0.005, 1e-3, 1e-6)})
+    q = Profile.from_dict(json.loads(p.dumps()))
+    assert q.workers["monolithic"].decode.terms == DECODE_TERMS
+    assert q.workers["monolithic"].step_fn()(0, 0, 2, 10) == p.workers["monolithic"].step_fn()(0, 0, 2, 10)
+    conf = q.confidence(("intra",))
+    assert conf["level"] == "low"
+    assert any("derived" in r for r in conf["reasons"])
+    assert any("link not measured" in r for r in conf["reasons"])
+    # Derived intra workers run slower than the whole device.
+    assert q.worker("intra", "decode").step_fn()(0, 0, 2, 10) > p.worker("monolithic", "mixed").step_fn()(0, 0, 2, 10)

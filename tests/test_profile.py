@@ -1,0 +1,91 @@
+"""Profiles from stored step records (known coefficients), poor fits flagged, atomic output,
+and a short live calibration of the tiny reference server."""
+import json
+
+import numpy as np
+import pytest
+
+from gpuprobe.cli.main import main
+from gpuprobe.perf.profile import from_store, load_profile
+from gpuprobe.perf.profile_fit import fit_worker
+from gpuprobe.store import Store
+
+
+def _steps(noise=0.0, sizes=(16, 32, 64, 128, 256, 512, 1024), seed=0):
+    rng = np.random.default_rng(seed)
+    rows, t = [], 1000.0
+    for T in sizes:
+        for _ in range(3):
+            d = (0.002 + 1e-5 * T + 2e-9 * T * T) * (1 + noise * rng.standard_normal())
+            rows.append(dict(run_id="r1", layout="monolithic", role="mixed", start_s=t, duration_s=abs(d),
+                             num_prefill_tokens=T, num_decode_seqs=0, num_decode_ctx_tokens=0))
+            t += abs(d) + 0.001
+    for B in (1, 2, 4, 8, 16):
+        for L in (40, 300):
+            for j in range(10):
+                C = B * (L + j)
+                d = (0.001 + 2e-4 * B + 1e-6 * C) * (1 + noise * rng.standard_normal())
+                rows.append(dict(run_id="r1", layout="monolithic", role="mixed", start_s=t,
+                                 duration_s=abs(d), num_prefill_tokens=0, num_decode_seqs=B,
+                                 num_decode_ctx_tokens=C))
+                t += abs(d) + 0.001
+    return rows
+
+
+def test_from_store_recovers_known_coefficients(tmp_path):
+    with Store.open(tmp_path / "s.db") as store:
+        store.insert_steps(_steps())
+        p = from_store(store, "r1")
+    w = p.workers["monolithic"]
+    assert w.prefill.coef == pytest.approx((0.002, 1e-5, 2e-9), rel=1e-4)
+    assert w.decode.coef == pytest.approx((0.001, 2e-4, 1e-6), rel=1e-4)
+    assert w.step_overhead_s == pytest.approx(0.001, rel=1e-3)
+    assert w.prefill.confidence == "high" and w.decode.confidence == "high"
+
+
+def test_poor_fits_are_flagged():
+    import pandas as pd
+    w = fit_worker(pd.DataFrame(_steps(sizes=(64, 128))), "m")
+    assert w.prefill.confidence == "low"
+    noisy = fit_worker(pd.DataFrame(_steps(noise=3.0, seed=2)), "m")
+    assert "low" in (noisy.prefill.confidence, noisy.decode.confidence)
+
+
+def test_cli_from_store_and_spec_write_json(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    with Store.open(db) as store:
+        store.insert_steps(_steps())
+    out = tmp_path / "p.json"
+    assert main(["profile", "--from-store", "--run", "r1", "--store", str(db), "--out", str(out)]) == 0
+    assert load_profile(str(out)).workers["monolithic"].decode.n_points > 0
+    assert main(["profile", "--spec", "l40s", "--store", str(db), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["meta"]["gpu"] == "L40S"
+
+
+def test_unreachable_target_fails_cleanly_and_writes_nothing(tmp_path, capsys):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # a free port nobody listens on
+    out = tmp_path / "p.json"
+    rc = main(["profile", "--target", f"http://127.0.0.1:{port}", "--store", str(tmp_path / "s.db"),
+               "--out", str(out)])
+    assert rc == 1 and not out.exists()
+    assert "cannot profile" in capsys.readouterr().err
+    assert list(tmp_path.glob(".profile-*")) == []
+
+
+@pytest.mark.timeout(120)
+def test_live_profile_of_tiny_server(tmp_path):
+    launch = pytest.importorskip("gpuprobe.server.launch")
+    from gpuprobe.perf.calibrate import run_calibration
+    from gpuprobe.perf.profile import from_client
+
+    with launch.start_server("tiny", "monolithic") as srv:
+        cal = run_calibration(srv.url, prefill_sizes=(16, 64, 128, 256, 512), decode_batches=(1, 4, 8),
+                              decode_prompts=(32,), decode_tokens=8, reps=1, vocab=512)
+    p = from_client(cal)
+    w = p.workers["monolithic"]
+    assert w.prefill.n_points == 5 and w.decode.n_points == 3
+    assert 0 < w.step_fn()(256, 256 ** 2, 0, 0) < 5.0
