@@ -12,6 +12,7 @@ import time
 import uuid
 from typing import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import UserError
@@ -19,6 +20,14 @@ from gpuprobe.errors import UserError
 WORKLOAD_REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "model", "log_type",
                             "session_id", "hash_ids")
 _STAGING = ".importing."
+_ROWS_PER_INSERT = 200
+_MAX_VARIABLES = 999  # SQLite's smallest compiled-in limit on ? per statement
+
+
+def _all_null(values) -> bool:
+    if isinstance(values, np.ndarray):
+        return values.dtype == object and bool(np.equal(values, None).all())
+    return values is None or all(v is None for v in values)
 
 
 class WorkloadWriter:
@@ -43,14 +52,41 @@ class WorkloadWriter:
 
     def add(self, rows: Sequence[Sequence]) -> None:
         width = len(WORKLOAD_REQUEST_COLUMNS)
-        data = [(self._id, self._idx + i, *r, *([None] * (width - len(r)))) for i, r in enumerate(rows)]
-        if not data:
+        rows = [tuple(r) + (None,) * (width - len(r)) for r in rows]
+        if rows:
+            self.add_columns(*map(list, zip(*rows)))
+
+    def add_columns(self, arrival_s, prompt_tokens, output_tokens, model=None, log_type=None,
+                    session_id=None, hash_ids=None) -> None:
+        """Append rows given as columns (arrays or lists of equal length; arrival_s in seconds,
+        token counts as ints; the text columns may be None or hold None for NULL)."""
+        given = dict(zip(WORKLOAD_REQUEST_COLUMNS, (arrival_s, prompt_tokens, output_tokens, model,
+                                                   log_type, session_id, hash_ids)))
+        num = len(arrival_s)
+        # Columns that are all NULL are left out of the INSERT: fewer values to bind per row.
+        cols = {c: v for i, (c, v) in enumerate(given.items()) if i < 3 or not _all_null(v)}
+        if num == 0:
             return
-        self._store._write(lambda: self._store._conn.executemany(
-            "INSERT INTO workload_requests (workload_id, idx, arrival_s, prompt_tokens, output_tokens,"
-            " model, log_type, session_id, hash_ids) VALUES (?,?,?,?,?,?,?,?,?)", data))
-        self._idx += len(data)
+        table = np.empty((num, 1 + len(cols)), dtype=object)
+        table[:, 0] = list(range(self._idx, self._idx + num))
+        for j, values in enumerate(cols.values(), start=1):
+            table[:, j] = values.tolist() if isinstance(values, np.ndarray) else list(values)
+        self._store._write(lambda: self._insert(list(cols), table))
+        self._idx += num
         self.num_requests = self._idx
+
+    def _insert(self, names: list[str], table: np.ndarray) -> None:
+        """Many rows per INSERT statement: per-statement overhead, not SQLite, bounds a plain executemany."""
+        width = table.shape[1]
+        per = max(1, min(_ROWS_PER_INSERT, _MAX_VARIABLES // width))
+        head = f"INSERT INTO workload_requests (workload_id, idx, {', '.join(names)}) VALUES "
+        one = f"({int(self._id)}, {', '.join('?' * width)})"
+        full = len(table) // per * per
+        conn = self._store._conn
+        if full:
+            conn.executemany(head + ", ".join([one] * per), table[:full].reshape(-1, per * width).tolist())
+        if full < len(table):
+            conn.executemany(head + one, table[full:].tolist())
 
     def commit(self, meta: dict | None = None) -> int:
         """Publish the workload under its name; returns its id."""

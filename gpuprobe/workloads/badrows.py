@@ -17,6 +17,7 @@ class BadRows:
         self.first_line: dict[str, int] = {}
 
     def reject(self, line: int, field: str, problem: str, reason: str | None = None) -> None:
+        line = int(line)  # may be a numpy integer (csvblocks.py); the report is JSON
         if not self.skip_bad:
             raise UserError(f"{self.path}:{line}: field {field}: {problem} (use --skip-bad to import the rest)")
         key = reason or f"field {field}: {problem}"

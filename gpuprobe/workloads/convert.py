@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.workloads.badrows import BadRows
+from gpuprobe.workloads.csvblocks import NumberColumn
 
 MAX_TOKENS = 10_000_000  # a count above this is a corrupt row, not a request (no model has such a context)
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -28,14 +29,22 @@ def _scalar_float(value) -> float:
         return np.nan
 
 
-def numbers(values: list, lines: list[int], field: str, bad: BadRows) -> tuple[np.ndarray, np.ndarray]:
-    """Finite floats; anything else (text, empty, NaN, inf, lists) is rejected."""
+def _parse_numbers(values: list) -> np.ndarray:
+    if isinstance(values, NumberColumn):  # parsed already by pandas' C reader (csvblocks.py)
+        return values.values.astype(np.float64, copy=True)
     try:
         arr = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
         arr = np.array([_scalar_float(v) for v in values], dtype=np.float64)
     if values and type(values[0]) is not str and any(type(v) is bool for v in values):  # JSON true/false are not counts (CSV cells are all str)
         arr = np.array([_scalar_float(v) for v in values], dtype=np.float64)
+    return arr
+
+
+def numbers(values: list, lines: list[int], field: str, bad: BadRows) -> tuple[np.ndarray, np.ndarray]:
+    """Finite floats; anything else (text, empty, NaN, inf, lists) is rejected. `values` is a
+    list, or a NumberColumn whose `[i]` gives the file's text for messages."""
+    arr = _parse_numbers(values)
     ok = np.isfinite(arr)
     for i in np.flatnonzero(~ok):
         bad.reject(lines[i], field, f"{_show(values[i])} is not a number", reason=f"field {field}: not a number")
@@ -88,4 +97,8 @@ def _one_stamp(text: str):
 
 def texts(values: list) -> np.ndarray:
     """Optional text columns: None stays None, everything else becomes str."""
+    if isinstance(values, np.ndarray):  # a clean CSV block: all str already
+        out = values.astype(object, copy=True)
+        out[out == ""] = None
+        return out
     return np.array([None if v is None or v == "" else str(v) for v in values], dtype=object)

@@ -40,8 +40,11 @@ class ReorderWindow:
             running = np.maximum.accumulate(np.concatenate([[self._max_seen_s], arrival]))
             self.num_reordered += int((arrival < running[:-1]).sum())
             self._max_seen_s = float(running[-1])
+        in_order = arrival.size == 0 or (bool((arrival[1:] >= arrival[:-1]).all()) and
+                                         (not size(self._buf) or arrival[0] >= self._buf["arrival_s"][-1]))
         buf = concat(self._buf, chunk)
-        buf = take(buf, np.argsort(buf["arrival_s"], kind="stable"))
+        if not in_order:  # a stable sort of rows already in order would keep them as they are
+            buf = take(buf, np.argsort(buf["arrival_s"], kind="stable"))
         excess = size(buf) - self._window
         if excess > 0:
             ready, self._buf = take(buf, slice(0, excess)), take(buf, slice(excess, None))

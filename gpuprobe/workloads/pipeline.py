@@ -46,12 +46,6 @@ def _check_file(path: Path) -> None:
         raise UserError(f"{path}: file is empty (no header and no requests)")
 
 
-def _rows(chunk: dict, t0: float) -> list[tuple]:
-    return list(zip((chunk["arrival_s"] - t0).tolist(), chunk["prompt_tokens"].tolist(),
-                    chunk["output_tokens"].tolist(), chunk["model"].tolist(), chunk["log_type"].tolist(),
-                    chunk["session_id"].tolist(), chunk["hash_ids"].tolist()))
-
-
 def import_trace(store, path, name: str, fmt: str = "auto", replace: bool = False, skip_bad: bool = False,
                  opts: ImportOptions | None = None) -> ImportResult:
     """Import `path` as workload `name`. Raises UserError for bad input (nothing is stored)."""
@@ -67,7 +61,8 @@ def import_trace(store, path, name: str, fmt: str = "auto", replace: bool = Fals
             nonlocal t0
             t0 = float(ready["arrival_s"][0]) if t0 is None else t0
             builder.add(ready["arrival_s"] - t0, ready["prompt_tokens"], ready["output_tokens"])
-            writer.add(_rows(ready, t0))
+            writer.add_columns(ready["arrival_s"] - t0, ready["prompt_tokens"], ready["output_tokens"],
+                               ready["model"], ready["log_type"], ready["session_id"], ready["hash_ids"])
         for chunk in module.chunks(path, opts, bad):
             for ready in window.push(chunk):
                 write(ready)

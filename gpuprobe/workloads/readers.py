@@ -6,6 +6,7 @@ module cannot split are reported with the line they are on.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from typing import Iterator
 
@@ -39,36 +40,56 @@ def csv_header(path) -> list[str] | None:
     return None
 
 
-def csv_chunks(path, bad: BadRows, chunk_rows: int = CHUNK_ROWS
+def csv_chunks(path, bad: BadRows, chunk_rows: int = CHUNK_ROWS, resume: tuple | None = None
                ) -> Iterator[tuple[list[str], list[int], dict[str, list[str]]]]:
-    """Yield (header, line numbers, {column: [text]}) for each chunk of data rows."""
-    with _open(path) as fh:
-        reader = csv.reader(fh)
-        header: list[str] | None = None
-        lines: list[int] = []
-        rows: list[list[str]] = []
-        try:
-            for row in reader:
-                if not row or (len(row) == 1 and not row[0].strip()):  # blank line
-                    continue
-                if header is None:
-                    header = [c.strip() for c in row]
-                    continue
-                if len(row) != len(header):
-                    bad.reject(reader.line_num, "(row)", f"expected {len(header)} fields, found {len(row)}",
-                               reason="wrong number of fields")
-                    continue
-                lines.append(reader.line_num)
-                rows.append(row)
-                if len(rows) >= chunk_rows:
-                    yield header, lines, dict(zip(header, map(list, zip(*rows))))
-                    lines, rows = [], []
-        except UnicodeDecodeError:
-            bad.fatal(reader.line_num + 1, "not UTF-8 text")
-        except csv.Error as exc:
-            bad.fatal(reader.line_num, f"not a readable CSV row ({exc})")
-        if rows:
-            yield header, lines, dict(zip(header, map(list, zip(*rows))))
+    """Yield (header, line numbers, {column: [text]}) for each chunk of data rows.
+
+    `resume` = (byte offset, lines before it, header) continues a file part-read by the fast
+    reader (csvblocks.py) from a line boundary, with the same line numbers.
+    """
+    if resume is None:
+        with _open(path) as fh:
+            yield from rows_chunks(csv.reader(fh), bad, chunk_rows)
+        return
+    offset, line_offset, header = resume
+    try:
+        raw = open(path, "rb")
+    except OSError as exc:
+        raise_unreadable(path, exc)
+    with raw:
+        raw.seek(offset)
+        with io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="") as fh:
+            yield from rows_chunks(csv.reader(fh), bad, chunk_rows, header, line_offset)
+
+
+def rows_chunks(reader, bad: BadRows, chunk_rows: int, header: list[str] | None = None, line_offset: int = 0
+                ) -> Iterator[tuple[list[str], list[int], dict[str, list[str]]]]:
+    """The csv-module loop: skip blank lines, take the first row as the header unless given,
+    reject rows of the wrong width, and chunk the rest. Lines are `line_offset` + the reader's."""
+    lines: list[int] = []
+    rows: list[list[str]] = []
+    try:
+        for row in reader:
+            if not row or (len(row) == 1 and not row[0].strip()):  # blank line
+                continue
+            if header is None:
+                header = [c.strip() for c in row]
+                continue
+            if len(row) != len(header):
+                bad.reject(line_offset + reader.line_num, "(row)", f"expected {len(header)} fields, found {len(row)}",
+                           reason="wrong number of fields")
+                continue
+            lines.append(line_offset + reader.line_num)
+            rows.append(row)
+            if len(rows) >= chunk_rows:
+                yield header, lines, dict(zip(header, map(list, zip(*rows))))
+                lines, rows = [], []
+    except UnicodeDecodeError:
+        bad.fatal(line_offset + reader.line_num + 1, "not UTF-8 text")
+    except csv.Error as exc:
+        bad.fatal(line_offset + reader.line_num, f"not a readable CSV row ({exc})")
+    if rows:
+        yield header, lines, dict(zip(header, map(list, zip(*rows))))
 
 
 def first_json_object(path) -> dict | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
+_BINCOUNT_MAX = 1 << 20  # largest value counted with np.bincount (an 8 MiB histogram at most)
 
 
 class ValueCounts:
@@ -25,7 +26,13 @@ class ValueCounts:
     def add(self, values: np.ndarray) -> None:
         if values.size == 0:
             return
-        keys, counts = np.unique(values, return_counts=True)
+        low, high = int(values.min()), int(values.max())
+        if low >= 0 and high < _BINCOUNT_MAX:  # token counts: a histogram is much cheaper than a sort
+            counts = np.bincount(values, minlength=0)
+            keys = np.flatnonzero(counts)
+            counts = counts[keys]
+        else:
+            keys, counts = np.unique(values, return_counts=True)
         get = self._counts.get
         for k, c in zip(keys.tolist(), counts.tolist()):
             self._counts[k] = get(k, 0) + c

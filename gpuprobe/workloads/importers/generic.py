@@ -11,7 +11,8 @@ from typing import Iterator
 from gpuprobe.errors import UserError
 from gpuprobe.workloads import convert
 from gpuprobe.workloads.chunk import find_columns, make_chunk
-from gpuprobe.workloads.readers import csv_chunks, jsonl_chunks
+from gpuprobe.workloads.csvblocks import csv_columns
+from gpuprobe.workloads.readers import jsonl_chunks
 
 TIME_FIELD = "timestamp"
 REQUIRED = ("timestamp", "prompt_tokens", "output_tokens")
@@ -37,17 +38,18 @@ def is_jsonl(path) -> bool:
         return fh.read(4096).lstrip()[:1] == b"{"
 
 
-def _convert(cols, lines, m, opts, bad) -> dict:
+def _convert(cols, lines, names, opts, bad) -> dict:
+    """`cols` and `names` (the file's spelling, for messages) are keyed by our keys."""
     unit = opts.time_unit or "s"
     if unit == "iso":
-        t, ok_t = convert.epoch_seconds(cols[m["timestamp"]], lines, m["timestamp"], bad)
+        t, ok_t = convert.epoch_seconds(cols["timestamp"], lines, names["timestamp"], bad)
     elif unit in convert.TIME_UNITS:
-        t, ok_t = convert.seconds(cols[m["timestamp"]], lines, m["timestamp"], bad, unit)
+        t, ok_t = convert.seconds(cols["timestamp"], lines, names["timestamp"], bad, unit)
     else:
         raise UserError(f"--time-unit: {unit!r} is not one of s, ms, us, ns, iso")
-    p, ok_p = convert.tokens(cols[m["prompt_tokens"]], lines, m["prompt_tokens"], bad)
-    o, ok_o = convert.tokens(cols[m["output_tokens"]], lines, m["output_tokens"], bad)
-    extra = {k: convert.texts(cols[m[k]]) for k in OPTIONAL if k in m}
+    p, ok_p = convert.tokens(cols["prompt_tokens"], lines, names["prompt_tokens"], bad)
+    o, ok_o = convert.tokens(cols["output_tokens"], lines, names["output_tokens"], bad)
+    extra = {k: convert.texts(cols[k]) for k in OPTIONAL if k in cols}
     return make_chunk(lines, t, p, o, ok_t & ok_p & ok_o, **extra)
 
 
@@ -55,10 +57,15 @@ def chunks(path, opts, bad) -> Iterator[dict]:
     mapping = parse_map(opts.mapping)
     if is_jsonl(path):
         for lines, objs in jsonl_chunks(path, bad, opts.chunk_rows):
-            cols = {col: [o.get(col) for o in objs] for col in mapping.values()}
+            cols = {key: [o.get(col) for o in objs] for key, col in mapping.items()}
             yield _convert(cols, lines, mapping, opts, bad)
         return
-    for header, lines, cols in csv_chunks(path, bad, opts.chunk_rows):
+    iso = (opts.time_unit or "s") == "iso"
+
+    def pick(header):
         found = find_columns(header, {k: v for k, v in mapping.items() if k in REQUIRED}, path,
                              {k: v for k, v in mapping.items() if k in OPTIONAL})
-        yield _convert(cols, lines, found, opts, bad)
+        return {k: (name, "text" if k in OPTIONAL or (k == "timestamp" and iso) else "number")
+                for k, name in found.items()}
+    for names, lines, cols in csv_columns(path, bad, opts.chunk_rows, pick):
+        yield _convert(cols, lines, names, opts, bad)

@@ -14,7 +14,8 @@ import numpy as np
 
 from gpuprobe.workloads import convert
 from gpuprobe.workloads.chunk import find_columns, make_chunk
-from gpuprobe.workloads.readers import csv_chunks, jsonl_chunks
+from gpuprobe.workloads.csvblocks import NumberColumn, csv_columns
+from gpuprobe.workloads.readers import jsonl_chunks
 
 TIME_FIELD = "arrival_s"
 COLUMNS = {"time": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens"}
@@ -27,20 +28,34 @@ def is_sqlite(path) -> bool:
         return fh.read(16) == SQLITE_MAGIC
 
 
-def _convert(cols, lines, c, opts, bad) -> dict:
+def _subset(values, idx: np.ndarray):
+    if isinstance(values, NumberColumn):
+        return values.take(idx)
+    if isinstance(values, np.ndarray):
+        return values[idx]
+    return [values[i] for i in idx.tolist()]
+
+
+def _is_ok(status) -> np.ndarray:
+    if isinstance(status, np.ndarray):  # a clean CSV block: all str
+        return (status == "") | (status == "ok")
+    return np.array([s in (None, "", "ok") for s in status], dtype=bool)
+
+
+def _convert(cols, lines, names, opts, bad) -> dict:
+    """`cols` and `names` (the source's spelling, for messages) are keyed by our keys."""
     n = len(lines)
-    status = cols[c["status"]] if "status" in c else ["ok"] * n
-    keep = np.array([s in (None, "", "ok") for s in status], dtype=bool)
-    if opts.run_id and "run_id" in c:
-        keep &= np.array([r == opts.run_id for r in cols[c["run_id"]]], dtype=bool)
+    keep = _is_ok(cols["status"]) if "status" in cols else np.ones(n, dtype=bool)
+    if opts.run_id and "run_id" in cols:
+        keep &= np.array([r == opts.run_id for r in cols["run_id"]], dtype=bool)
     bad.drop("failed request (status not ok)", int((~keep).sum()))
-    idx = np.flatnonzero(keep)
-    sub = lambda key: [cols[c[key]][i] for i in idx]  # noqa: E731
-    lines = [lines[i] for i in idx]
-    t, ok_t = convert.seconds(sub("time"), lines, c["time"], bad)
-    p, ok_p = convert.tokens(sub("prompt"), lines, c["prompt"], bad)
-    o, ok_o = convert.tokens(sub("output"), lines, c["output"], bad)
-    model = convert.texts(sub("model")) if "model" in c else None
+    if not keep.all():
+        idx = np.flatnonzero(keep)
+        cols, lines = {k: _subset(v, idx) for k, v in cols.items()}, _subset(lines, idx)
+    t, ok_t = convert.seconds(cols["time"], lines, names["time"], bad)
+    p, ok_p = convert.tokens(cols["prompt"], lines, names["prompt"], bad)
+    o, ok_o = convert.tokens(cols["output"], lines, names["output"], bad)
+    model = convert.texts(cols["model"]) if "model" in cols else None
     return make_chunk(lines, t, p, o, ok_t & ok_p & ok_o, model=model)
 
 
@@ -54,11 +69,9 @@ def _store_chunks(path, opts, bad) -> Iterator[dict]:
         bad.fatal(None, f"not a gpuprobe store with a requests table ({exc})")
     try:
         while rows := cur.fetchmany(opts.chunk_rows):
-            cols = dict(zip(("pk", "arrival_s", "prompt_tokens", "output_tokens", "status", "model", "run_id"),
-                            map(list, zip(*rows))))
-            c = {"time": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens",
-                 "status": "status", "model": "model"}
-            yield _convert(cols, cols["pk"], c, opts, bad)
+            pk, *values = map(list, zip(*rows))
+            cols = dict(zip(("time", "prompt", "output", "status", "model"), values))
+            yield _convert(cols, pk, {**COLUMNS, **OPTIONAL}, opts, bad)
     finally:
         conn.close()
 
@@ -71,11 +84,13 @@ def chunks(path, opts, bad) -> Iterator[dict]:
         jsonl = fh.read(4096).lstrip()[:1] == b"{"
     if jsonl:
         for lines, objs in jsonl_chunks(path, bad, opts.chunk_rows):
-            keys = ("arrival_s", "prompt_tokens", "output_tokens", "status", "model", "run_id")
-            cols = {k: [o.get(k) for o in objs] for k in keys}
-            c = {"time": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens",
-                 "status": "status", "model": "model", "run_id": "run_id"}
-            yield _convert(cols, lines, c, opts, bad)
+            names = {**COLUMNS, **OPTIONAL}
+            cols = {k: [o.get(name) for o in objs] for k, name in names.items()}
+            yield _convert(cols, lines, names, opts, bad)
         return
-    for header, lines, cols in csv_chunks(path, bad, opts.chunk_rows):
-        yield _convert(cols, lines, find_columns(header, COLUMNS, path, OPTIONAL), opts, bad)
+
+    def pick(header):
+        found = find_columns(header, COLUMNS, path, OPTIONAL)
+        return {k: (name, "number" if k in COLUMNS else "text") for k, name in found.items()}
+    for names, lines, cols in csv_columns(path, bad, opts.chunk_rows, pick):
+        yield _convert(cols, lines, names, opts, bad)
