@@ -1,0 +1,81 @@
+"""`gpuprobe serve`: the reference server (OpenAI API) in a monolithic, intra or cross layout."""
+from __future__ import annotations
+
+NAME = "serve"
+HELP = "run the reference LLM server (OpenAI-compatible API) in a chosen layout"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", default="tiny",
+                   help="tiny | smollm2-135m | llama3-8b-shape | PATH to a Llama GGUF (default tiny)")
+    p.add_argument("--layout", default="monolithic", choices=["monolithic", "intra", "cross"])
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (0 = any free port; default 8000)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--prefill-share", type=float, default=0.5,
+                   help="intra/cross: share of cores (CPU) or SMs (CUDA) for prefill (default 0.5)")
+    p.add_argument("--chunked-prefill-tokens", type=int, default=None, metavar="N",
+                   help="token budget per step with chunked prefill (default: off)")
+    p.add_argument("--admin-token-file", default=None, metavar="FILE",
+                   help="file holding the bearer token for /admin (else $GPUPROBE_ADMIN_TOKEN; "
+                        "with neither, /admin answers 403)")
+    p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per batch (default 64)")
+    p.add_argument("--max-queue", type=int, default=256,
+                   help="requests queued beyond --max-num-seqs before 429 (default 256)")
+    p.add_argument("--kv-cache-mb", type=int, default=256, help="KV cache per worker, MiB")
+    p.add_argument("--cross-decode-addr", default=None, metavar="HOST:PORT",
+                   help="cross: where the decode worker listens for KV (default 127.0.0.1:free)")
+    p.add_argument("--grace", default="10s", help="on SIGTERM, how long in-flight requests get")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def options_from_args(args):
+    """(ServeOptions, LayoutConfig) from parsed flags; UserError names the bad flag."""
+    from gpuprobe.errors import UserError
+    from gpuprobe.server.kv_transfer import parse_addr
+    from gpuprobe.server.options import LayoutConfig, ServeOptions
+
+    for flag, value, low in (("--max-num-seqs", args.max_num_seqs, 1), ("--max-queue", args.max_queue, 0),
+                             ("--kv-cache-mb", args.kv_cache_mb, 1), ("--port", args.port, 0)):
+        if value < low:
+            raise UserError(f"{flag} must be >= {low}, got {value}")
+    if args.cross_decode_addr:
+        try:
+            parse_addr(args.cross_decode_addr)
+        except ValueError as exc:
+            raise UserError(f"--cross-decode-addr: {exc}") from None
+    try:
+        layout = LayoutConfig(args.layout, args.prefill_share, args.chunked_prefill_tokens)
+    except ValueError as exc:
+        raise UserError(f"--{str(exc).split(' ', 1)[0].replace('_', '-')}: {exc}") from None
+    opts = ServeOptions(model=args.model, device=args.device, max_num_seqs=args.max_num_seqs,
+                        max_queue=args.max_queue, kv_cache_mb=args.kv_cache_mb,
+                        cross_decode_addr=args.cross_decode_addr)
+    return opts, layout
+
+
+def run(args) -> int:
+    import asyncio
+    import logging
+
+    from gpuprobe.errors import GpuprobeError
+    from gpuprobe.server.admin import load_token
+    from gpuprobe.server.main import serve
+    from gpuprobe.units import parse_duration
+
+    opts, layout = options_from_args(args)
+    if opts.device == "cuda":
+        import torch  # only to check the device exists before spawning workers
+
+        if not torch.cuda.is_available():
+            raise GpuprobeError("--device cuda: no CUDA device visible to torch")
+    token, source = load_token(args.admin_token_file)
+    grace_s = parse_duration(args.grace, "--grace")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(opts, layout, args.host, args.port, args.store, token, source, grace_s))
+    except OSError as exc:
+        raise GpuprobeError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    except RuntimeError as exc:
+        raise GpuprobeError(str(exc).splitlines()[0]) from None
+    return 0

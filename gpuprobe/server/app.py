@@ -1,0 +1,142 @@
+"""The front's HTTP routes (aiohttp): OpenAI API, health, metrics, admin."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from aiohttp import web
+
+from gpuprobe.server import admin
+from gpuprobe.server import openai_api as oa
+from gpuprobe.server.options import LayoutConfig
+from gpuprobe.server.request_state import Tracked
+from gpuprobe.server.streaming import collect, stream
+
+RETRY_AFTER_S = 1
+
+
+def _error(exc: oa.ApiError) -> web.Response:
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 429 else None
+    return web.json_response(exc.body(), status=exc.status, headers=headers)
+
+
+async def _json_body(request: web.Request):
+    try:
+        return json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise oa.ApiError(f"request body is not valid JSON: {exc}", "body") from None
+
+
+class ServerApp:
+    """Holds the front's state; `app` is the aiohttp Application."""
+
+    def __init__(self, model, router, metrics, admin_token: str | None):
+        self.model, self.router, self.metrics = model, router, metrics
+        self._token = admin_token
+        self.app = web.Application(client_max_size=64 << 20)
+        self.app.add_routes([
+            web.post("/v1/completions", self.completions),
+            web.post("/v1/chat/completions", self.chat),
+            web.get("/v1/models", self.models),
+            web.get("/health", self.health),
+            web.get("/metrics", self.prom),
+            web.get("/admin/layout", self.get_layout),
+            web.post("/admin/layout", self.post_layout),
+            web.get("/admin/workers", self.workers),
+        ])
+
+    # ---- OpenAI API ---------------------------------------------------------------------
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        tok, m = self.model.tokenizer, self.model
+        return await self._generate(request, lambda body: oa.parse_completion(
+            body, tok.encode, m.vocab_size, m.max_context))
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        tok, m = self.model.tokenizer, self.model
+        return await self._generate(request, lambda body: oa.parse_chat(
+            body, tok.apply_chat_template, m.max_context))
+
+    async def _generate(self, request: web.Request, parse) -> web.StreamResponse:
+        arrival_s = time.time()
+        try:
+            req = parse(await _json_body(request))
+            prefix = "chatcmpl" if req.kind == "chat" else "cmpl"
+            t = Tracked(f"{prefix}-{uuid.uuid4().hex[:24]}", req, arrival_s)
+            self.router.submit(t)
+        except oa.ApiError as exc:
+            return _error(exc)
+        if req.stream:
+            return await stream(request, t, self.router, self.model)
+        return await collect(t, self.router, self.model)
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response(oa.models_response(self.model.name, self.model.max_context))
+
+    async def health(self, request: web.Request) -> web.Response:
+        active = self.router.active
+        if active is None or self.router.closing:
+            return web.json_response({"status": "unavailable"}, status=503)
+        return web.json_response({"status": "ok", "layout": active.name})
+
+    async def prom(self, request: web.Request) -> web.Response:
+        self.metrics.set_queue(*self.router.counts())
+        return web.Response(body=self.metrics.exposition(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    # ---- admin --------------------------------------------------------------------------
+    def _denied(self, request: web.Request) -> web.Response | None:
+        verdict = admin.check(self._token, request.headers.get("Authorization"))
+        if verdict is None:
+            return None
+        status, message = verdict
+        return web.json_response({"error": {"message": message, "type": "auth_error"}},
+                                 status=status)
+
+    async def get_layout(self, request: web.Request) -> web.Response:
+        if (denied := self._denied(request)) is not None:
+            return denied
+        active = self.router.active
+        cfg = active.cfg if active else None
+        return web.json_response({
+            "layout": cfg.layout if cfg else None,
+            "prefill_share": cfg.prefill_share if cfg and cfg.layout != "monolithic" else None,
+            "chunked_prefill_tokens": cfg.chunked_prefill_tokens if cfg else None,
+            "history": self.router.history})
+
+    async def post_layout(self, request: web.Request) -> web.Response:
+        if (denied := self._denied(request)) is not None:
+            return denied
+        try:
+            body = await _json_body(request)
+            cfg = _layout_config(body, self.router.active)
+        except oa.ApiError as exc:
+            return _error(exc)
+        try:
+            entry = await self.router.switch(cfg, actor="admin", reason=body.get("reason", ""))
+        except RuntimeError as exc:
+            return web.json_response({"error": {"message": str(exc), "type": "server_error"}},
+                                     status=500)
+        return web.json_response(entry)
+
+    async def workers(self, request: web.Request) -> web.Response:
+        if (denied := self._denied(request)) is not None:
+            return denied
+        return web.json_response({"workers": self.router.worker_pids()})
+
+
+def _layout_config(body, active) -> LayoutConfig:
+    if not isinstance(body, dict) or not isinstance(body.get("layout"), str):
+        raise oa.ApiError("'layout' must be one of monolithic, intra, cross", "layout")
+    share = body.get("prefill_share", active.cfg.prefill_share if active else 0.5)
+    if isinstance(share, bool) or not isinstance(share, (int, float)):
+        raise oa.ApiError("'prefill_share' must be a number in (0, 1)", "prefill_share")
+    chunk = body.get("chunked_prefill_tokens")
+    if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)):
+        raise oa.ApiError("'chunked_prefill_tokens' must be an integer", "chunked_prefill_tokens")
+    try:
+        return LayoutConfig(body["layout"], float(share), chunk)
+    except ValueError as exc:
+        param = str(exc).split(" ", 1)[0]
+        raise oa.ApiError(str(exc), param) from None

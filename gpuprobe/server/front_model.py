@@ -1,0 +1,49 @@
+"""What the front needs to know about the model, without torch: its shape, its tokenizer and
+how long a context the workers' KV caches hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpuprobe.errors import UserError
+
+
+@dataclass(frozen=True)
+class FrontModel:
+    name: str
+    config: object  # gpuprobe.model.ModelConfig
+    tokenizer: object  # gpuprobe.model.tokenizer.Tokenizer
+    num_blocks: int  # KV blocks per worker
+    max_context: int  # tokens: prompt + completion
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+
+def load_front_model(name: str, kv_cache_mb: int, block_size: int, device: str,
+                     overrides: dict | None = None) -> FrontModel:
+    """Config and tokenizer for `name`; KV capacity from the same budget the workers use."""
+    from gpuprobe.model.config import gguf_path_for, resolve_model
+    from gpuprobe.model.gguf_loader import ModelLoadError
+    from gpuprobe.model.tokenizer import load_tokenizer
+
+    try:
+        path = gguf_path_for(name)
+        if path is None:
+            config = resolve_model(name, **(overrides or {}))
+            tokenizer = load_tokenizer(None, config.vocab_size)
+        else:
+            from gpuprobe.model.gguf_loader import open_gguf, read_config
+
+            reader = open_gguf(path)
+            config = replace(read_config(reader, path, name=name), **(overrides or {}))
+            tokenizer = load_tokenizer(reader)
+    except (ValueError, ModelLoadError) as exc:
+        raise UserError(f"--model {name}: {exc}") from None
+    dtype_bytes = 2 if device == "cuda" else 4  # bfloat16 on CUDA, float32 on CPU
+    num_blocks = (kv_cache_mb << 20) // (config.kv_bytes_per_token(dtype_bytes) * block_size)
+    if num_blocks < 1:
+        raise UserError(f"--kv-cache-mb {kv_cache_mb}: too small for one KV block of {name}")
+    return FrontModel(name, config, tokenizer, num_blocks,
+                      min(config.max_seq_len, num_blocks * block_size))

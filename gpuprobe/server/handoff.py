@@ -1,0 +1,145 @@
+"""Prefill -> decode KV handoff channels, seen from inside a worker process.
+
+PipeHandoff (intra): the KV tensors travel through a multiprocessing Pipe; torch's
+multiprocessing reductions move their storage to shared memory and pass a handle, so the
+bytes are copied once into shared memory, not through the pipe.
+TcpHandoff (cross): the KV is serialized and sent over TCP in chunks (kv_transfer).
+Both: send(meta, kv) on the prefill side; receive_ready() -> [(meta, kv)] on the decode side.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+
+import torch
+import torch.multiprocessing  # registers the tensor reductions that Pipe.send uses
+
+from gpuprobe.server import kv_transfer
+
+CONNECT_TIMEOUT_S = 30.0
+IO_TIMEOUT_S = 60.0
+
+
+def _map_tensors(obj, fn):
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_tensors(o, fn) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def kv_nbytes(kv) -> int:
+    """Bytes held by the tensors in an export_kv result."""
+    total = [0]
+    _map_tensors(kv, lambda t: total.__setitem__(0, total[0] + t.numel() * t.element_size()))
+    return total[0]
+
+
+class PipeHandoff:
+    def __init__(self, role: str, conn):
+        self.role, self.conn = role, conn
+        self.address = None
+        self.waitable = conn
+
+    def send(self, meta: dict, kv) -> None:
+        # A clone: export_kv may return views of the whole cache, and sharing a view would
+        # move the entire cache storage into shared memory.
+        kv = _map_tensors(kv, lambda t: t.detach().to("cpu").clone())
+        self.conn.send(({**meta, "kv_bytes": kv_nbytes(kv)}, kv))
+
+    def receive_ready(self) -> list:
+        out = []
+        while self.conn.poll():
+            out.append(self.conn.recv())
+        return out
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class TcpHandoff:
+    def __init__(self, role: str, addr: str):
+        self.role, self.address = role, addr
+        self._sock = None
+        self._ready: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self.waitable = self._wake_r
+        if role == "decode":
+            self._listener = kv_transfer.listen(addr)
+            threading.Thread(target=self._accept, daemon=True, name="kv-accept").start()
+
+    def send(self, meta: dict, kv) -> None:
+        if self._sock is None:
+            self._sock = self._connect()
+        payload = kv_transfer.dump_payload(_map_tensors(kv, lambda t: t.detach().to("cpu")))
+        kv_transfer.send_message(self._sock, {**meta, "kv_bytes": kv_nbytes(kv)}, payload)
+
+    def _connect(self):
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while True:
+            try:
+                sock = kv_transfer.connect(self.address, timeout_s=5.0)
+                sock.settimeout(IO_TIMEOUT_S)
+                return sock
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), daemon=True,
+                             name="kv-recv").start()
+
+    def _serve(self, sock) -> None:
+        # No timeout while idle between requests; a message in progress is bounded below.
+        with sock:
+            while True:
+                try:
+                    sock.settimeout(None)
+                    head = sock.recv(1, 0x2)  # MSG_PEEK: block until a message starts
+                    if not head:
+                        return
+                    sock.settimeout(IO_TIMEOUT_S)
+                    meta, payload = kv_transfer.recv_message(sock)
+                except (OSError, kv_transfer.TransferError):
+                    return
+                self._ready.put((meta, kv_transfer.load_payload(payload)))
+                os.write(self._wake_w, b"x")
+
+    def receive_ready(self) -> list:
+        out = []
+        while True:
+            try:
+                out.append(self._ready.get_nowait())
+            except queue.Empty:
+                break
+        if out:
+            try:
+                os.read(self._wake_r, 65536)
+            except BlockingIOError:
+                pass
+        return out
+
+    def close(self) -> None:
+        for s in (self._sock, getattr(self, "_listener", None)):
+            if s is not None:
+                s.close()
+
+
+def make_handoff(spec, peer):
+    if spec.handoff == "pipe":
+        return PipeHandoff(spec.role, peer)
+    if spec.handoff == "tcp":
+        return TcpHandoff(spec.role, spec.peer_addr)
+    return None

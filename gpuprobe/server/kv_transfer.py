@@ -1,0 +1,107 @@
+"""Prefill -> decode KV handoff over TCP for the cross layout: framed, chunked, with timeouts.
+
+A message is: 8-byte big-endian header length, a JSON header (request id, token ids,
+sampling params, first token, payload size), then the KV payload sent in CHUNK_BYTES pieces.
+The payload is whatever ModelRunner.export_kv returned, serialized with torch.save, so this
+module does not depend on the KV layout. Only cross-layout workers import it (torch is there).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import struct
+
+CHUNK_BYTES = 4 << 20
+_LEN = struct.Struct(">Q")
+MAX_HEADER_BYTES = 16 << 20
+
+
+class TransferError(Exception):
+    """The peer closed, timed out or sent something malformed."""
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """'host:port' -> (host, port). Raises ValueError naming the bad part."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"address {addr!r}: expected host:port")
+    return host, int(port)
+
+
+def dump_payload(kv) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(kv, buf)
+    return buf.getvalue()
+
+
+def load_payload(data: bytes | bytearray | memoryview):
+    import torch
+
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def send_message(sock: socket.socket, header: dict, payload: bytes) -> int:
+    """Send one framed message; returns payload bytes sent. Socket timeouts raise TransferError."""
+    head = json.dumps({**header, "payload_bytes": len(payload)}).encode()
+    try:
+        sock.sendall(_LEN.pack(len(head)) + head)
+        view = memoryview(payload)
+        for off in range(0, len(view), CHUNK_BYTES):
+            sock.sendall(view[off:off + CHUNK_BYTES])
+    except (TimeoutError, OSError) as exc:
+        raise TransferError(f"send failed: {exc}") from exc
+    return len(payload)
+
+
+def _recv_exact(sock: socket.socket, n: int, into: bytearray | None = None) -> bytearray:
+    buf = into if into is not None else bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        try:
+            k = sock.recv_into(view[got:], min(n - got, CHUNK_BYTES))
+        except (TimeoutError, OSError) as exc:
+            raise TransferError(f"recv failed after {got}/{n} bytes: {exc}") from exc
+        if k == 0:
+            raise TransferError(f"peer closed after {got}/{n} bytes")
+        got += k
+    return buf
+
+
+def recv_message(sock: socket.socket) -> tuple[dict, bytearray]:
+    """Receive one framed message -> (header, payload bytes)."""
+    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+    if n > MAX_HEADER_BYTES:
+        raise TransferError(f"header of {n} bytes is implausible")
+    try:
+        header = json.loads(bytes(_recv_exact(sock, n)))
+    except ValueError as exc:
+        raise TransferError(f"malformed header: {exc}") from exc
+    payload = _recv_exact(sock, int(header["payload_bytes"]))
+    return header, payload
+
+
+def connect(addr: str, timeout_s: float) -> socket.socket:
+    host, port = parse_addr(addr)
+    sock = socket.create_connection((host, port), timeout=timeout_s)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def listen(addr: str) -> socket.socket:
+    host, port = parse_addr(addr)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(8)
+    return sock
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

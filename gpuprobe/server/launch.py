@@ -1,0 +1,91 @@
+"""Start a reference server in a subprocess and wait until it answers /health.
+
+    with start_server("tiny", "monolithic", store="run.db") as srv:
+        requests.post(srv.url + "/v1/completions", ...)
+
+Used by tests, benches and `gpuprobe validate`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+
+from gpuprobe.errors import GpuprobeError
+from gpuprobe.server.kv_transfer import free_port
+
+
+@dataclass
+class ServerHandle:
+    url: str  # http://host:port, without /v1
+    proc: subprocess.Popen
+    log_path: str | None = None
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM (graceful: telemetry is flushed), then SIGKILL after timeout_s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def start_server(model: str = "tiny", layout: str = "monolithic", port: int | None = None,
+                 store: str | None = None, host: str = "127.0.0.1", log_path: str | None = None,
+                 env: dict | None = None, timeout_s: float = 180.0, **opts) -> ServerHandle:
+    """Run `gpuprobe serve` with opts as flags (prefill_share=0.5 -> --prefill-share 0.5).
+
+    Server output goes to log_path (default: discarded). Raises GpuprobeError if the server
+    exits or is not healthy within timeout_s.
+    """
+    port = port or free_port(host)
+    cmd = [sys.executable, "-m", "gpuprobe.cli.main", "serve", "--model", model, "--layout",
+           layout, "--host", host, "--port", str(port)]
+    if store:
+        cmd += ["--store", str(store)]
+    for key, value in opts.items():
+        if value is not None:
+            cmd += [_flag(key), str(value)]
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log_path else out,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    if log_path:
+        out.close()  # the child holds its own copy
+    handle = ServerHandle(f"http://{host}:{port}", proc, log_path)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise GpuprobeError(f"server exited with code {proc.returncode} before ready"
+                                + (f" (log: {log_path})" if log_path else ""))
+        if _healthy(handle.url):
+            return handle
+        time.sleep(0.2)
+    handle.stop(5)
+    raise GpuprobeError(f"server not healthy after {timeout_s:.0f}s")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as r:
+            return r.status == 200 and json.load(r).get("status") == "ok"
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,93 @@
+"""Prometheus metrics under vLLM's names, in a registry owned by one server (none global)."""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+# vLLM's buckets, so dashboards built for vLLM read these unchanged.
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0)
+_E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+                60.0, 120.0, 240.0, 480.0)
+_ITER_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+_HANDOFF_BUCKETS = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class ServerMetrics:
+    """All metrics of one server, labelled with its model_name."""
+
+    def __init__(self, model_name: str):
+        self.registry = CollectorRegistry()
+        r, labels = self.registry, ["model_name"]
+        self.model_name = model_name
+        self._running = Gauge("vllm:num_requests_running", "Requests generating tokens",
+                              labels, registry=r)
+        self._waiting = Gauge("vllm:num_requests_waiting", "Requests waiting for their first "
+                              "token", labels, registry=r)
+        self._kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache block usage, 0..1", labels,
+                         registry=r)
+        self._prompt = Counter("vllm:prompt_tokens", "Prefilled prompt tokens", labels,
+                               registry=r)
+        self._gen = Counter("vllm:generation_tokens", "Generated tokens", labels, registry=r)
+        self._ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token (s)",
+                               labels, buckets=_TTFT_BUCKETS, registry=r)
+        self._itl = Histogram("vllm:inter_token_latency_seconds", "Time between output tokens "
+                              "(s)", labels, buckets=_ITL_BUCKETS, registry=r)
+        self._e2e = Histogram("vllm:e2e_request_latency_seconds", "Request latency (s)", labels,
+                              buckets=_E2E_BUCKETS, registry=r)
+        self._iter = Histogram("vllm:iteration_tokens_total", "Tokens per engine step", labels,
+                               buckets=_ITER_BUCKETS, registry=r)
+        self._handoff = Histogram("gpuprobe_kv_handoff_seconds", "Prefill->decode KV handoff "
+                                  "time (s)", labels, buckets=_HANDOFF_BUCKETS, registry=r)
+        self._layout = Gauge("gpuprobe_layout_info", "1 for the active layout",
+                             ["model_name", "layout"], registry=r)
+        self._share = Gauge("gpuprobe_prefill_share", "Share of compute given to prefill in "
+                            "split layouts", labels, registry=r)
+        self._finished = Counter("gpuprobe_requests_finished", "Finished requests by status",
+                                 ["model_name", "status"], registry=r)
+        self._m = model_name
+
+    def set_queue(self, running: int, waiting: int) -> None:
+        self._running.labels(self._m).set(running)
+        self._waiting.labels(self._m).set(waiting)
+
+    def set_kv_usage(self, fraction: float) -> None:
+        self._kv.labels(self._m).set(fraction)
+
+    def set_layout(self, layout: str, prefill_share: float | None, all_layouts: tuple) -> None:
+        for name in all_layouts:
+            self._layout.labels(self._m, name).set(1 if name == layout else 0)
+        self._share.labels(self._m).set(prefill_share if prefill_share is not None else 0)
+
+    def on_step(self, num_tokens: int) -> None:
+        self._iter.labels(self._m).observe(num_tokens)
+
+    def on_first_token(self, ttft_s: float, prompt_tokens: int) -> None:
+        self._ttft.labels(self._m).observe(ttft_s)
+        self._prompt.labels(self._m).inc(prompt_tokens)
+
+    def on_token(self, gap_s: float | None) -> None:
+        self._gen.labels(self._m).inc()
+        if gap_s is not None:
+            self._itl.labels(self._m).observe(gap_s)
+
+    def on_handoff(self, seconds: float) -> None:
+        self._handoff.labels(self._m).observe(seconds)
+
+    def on_finish(self, e2e_s: float, status: str) -> None:
+        self._e2e.labels(self._m).observe(e2e_s)
+        self._finished.labels(self._m, status).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,189 @@
+"""OpenAI-compatible request parsing and response shaping. No I/O, no torch.
+
+parse_*() turn a decoded JSON body into a GenRequest or raise ApiError naming the field;
+the *_chunk / *_response helpers build the JSON bodies the OpenAI clients expect.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ApiError(Exception):
+    """A client error: HTTP `status` with an OpenAI-style error body naming `param`."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.param, self.status, self.kind = param, status, kind
+
+    def body(self) -> dict:
+        return {"error": {"message": str(self), "type": self.kind, "param": self.param,
+                          "code": None}}
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """One parsed generation request. Token counts are after tokenization."""
+
+    kind: str  # 'completion' | 'chat'
+    model: str
+    prompt_token_ids: tuple[int, ...]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool
+    stop: tuple[str, ...] = field(default=())
+
+
+def _get(body: dict, name: str, kinds: tuple, default: Any) -> Any:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    # bool is an int subclass; a JSON true where a number belongs is a type error.
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = "/".join(k.__name__ for k in kinds)
+        raise ApiError(f"'{name}' must be of type {names}, got {type(value).__name__}", name)
+    return value
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,) if stop else ()
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop) and len(stop) <= 4:
+        return tuple(s for s in stop if s)
+    raise ApiError("'stop' must be a string or a list of up to 4 strings", "stop")
+
+
+def _common(body: Any, kind: str, prompt_ids: list[int], max_context: int,
+            default_max_tokens: int) -> GenRequest:
+    max_tokens = _get(body, "max_tokens", (int,), None)
+    if kind == "chat":
+        max_tokens = _get(body, "max_completion_tokens", (int,), max_tokens)
+    if max_tokens is None:
+        max_tokens = max(1, min(default_max_tokens, max_context - len(prompt_ids)))
+    if max_tokens < 1:
+        raise ApiError(f"'max_tokens' must be >= 1, got {max_tokens}", "max_tokens")
+    if len(prompt_ids) + max_tokens > max_context:
+        param = "prompt" if kind == "completion" else "messages"
+        if len(prompt_ids) < max_context:
+            param = "max_tokens"
+        raise ApiError(f"this model's maximum context length is {max_context} tokens; the "
+                       f"prompt has {len(prompt_ids)} and max_tokens is {max_tokens}", param)
+    temperature = float(_get(body, "temperature", (int, float), 1.0))
+    if not 0 <= temperature <= 2:
+        raise ApiError(f"'temperature' must be in [0, 2], got {temperature}", "temperature")
+    top_p = float(_get(body, "top_p", (int, float), 1.0))
+    if not 0 < top_p <= 1:
+        raise ApiError(f"'top_p' must be in (0, 1], got {top_p}", "top_p")
+    options = _get(body, "stream_options", (dict,), {})
+    include_usage = _get(options, "include_usage", (bool,), False)
+    return GenRequest(
+        kind=kind, model=_get(body, "model", (str,), ""), prompt_token_ids=tuple(prompt_ids),
+        max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+        seed=_get(body, "seed", (int,), None), ignore_eos=_get(body, "ignore_eos", (bool,), False),
+        stream=_get(body, "stream", (bool,), False), include_usage=include_usage, stop=_stop(body))
+
+
+def _check_ids(ids: list, vocab_size: int, param: str) -> list[int]:
+    if not ids:
+        raise ApiError(f"'{param}' must not be empty", param)
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
+            raise ApiError(f"'{param}' token ids must be integers in [0, {vocab_size}), got {t!r}",
+                           param)
+    return ids
+
+
+def parse_completion(body: Any, encode: Callable[[str], list[int]], vocab_size: int,
+                     max_context: int, default_max_tokens: int = 16) -> GenRequest:
+    """/v1/completions body -> GenRequest. prompt: text, token ids, or a one-element list of either."""
+    if not isinstance(body, dict):
+        raise ApiError("request body must be a JSON object", None)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one; real batches are not supported
+    if isinstance(prompt, str):
+        ids = encode(prompt)
+        if not ids:
+            raise ApiError("'prompt' must not be empty", "prompt")
+    elif isinstance(prompt, list):
+        ids = _check_ids(prompt, vocab_size, "prompt")
+    else:
+        raise ApiError("'prompt' must be a string or a list of token ids (one prompt per "
+                       "request)", "prompt")
+    return _common(body, "completion", ids, max_context, default_max_tokens)
+
+
+def parse_chat(body: Any, apply_template: Callable[[list[dict]], list[int]], max_context: int,
+               default_max_tokens: int = 256) -> GenRequest:
+    """/v1/chat/completions body -> GenRequest; messages are rendered by the model's template."""
+    if not isinstance(body, dict):
+        raise ApiError("request body must be a JSON object", None)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError("'messages' must be a non-empty list", "messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(f"'messages[{i}]' must be an object with a string 'role'", "messages")
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            m = {**m, "content": content}
+            messages[i] = m
+        if not isinstance(content, str):
+            raise ApiError(f"'messages[{i}].content' must be a string", "messages")
+    return _common(body, "chat", apply_template(messages), max_context, default_max_tokens)
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def stream_chunk(req: GenRequest, rid: str, model: str, text: str, finish_reason: str | None,
+                 first: bool = False) -> dict:
+    """One SSE chunk carrying `text` (a chat delta or a completion text piece)."""
+    if req.kind == "chat":
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        obj = "text_completion"
+    return {"id": rid, "object": obj, "created": int(time.time()), "model": model,
+            "choices": [choice]}
+
+
+def usage_chunk(req: GenRequest, rid: str, model: str, completion_tokens: int) -> dict:
+    """The last chunk with stream_options.include_usage: usage, no choices."""
+    obj = "chat.completion.chunk" if req.kind == "chat" else "text_completion"
+    return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [],
+            "usage": usage(len(req.prompt_token_ids), completion_tokens)}
+
+
+def full_response(req: GenRequest, rid: str, model: str, text: str, finish_reason: str,
+                  completion_tokens: int) -> dict:
+    if req.kind == "chat":
+        choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                  "logprobs": None, "finish_reason": finish_reason}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        obj = "text_completion"
+    return {"id": rid, "object": obj, "created": int(time.time()), "model": model,
+            "choices": [choice], "usage": usage(len(req.prompt_token_ids), completion_tokens)}
+
+
+def models_response(model: str, max_context: int) -> dict:
+    return {"object": "list", "data": [{"id": model, "object": "model", "created": 0,
+                                        "owned_by": "gpuprobe", "max_model_len": max_context}]}

@@ -1,0 +1,64 @@
+"""Inside a worker: pin compute (CPU cores, or a CUDA SM partition), load the model, size the KV
+cache from a megabyte budget. Imports torch; only worker processes import this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("gpuprobe.server")
+SM_GRANULARITY = 8  # green contexts hand out SMs in groups (8 on Hopper)
+
+
+def partition_cuda(sm_share: float) -> str:
+    """Restrict this process to about sm_share of the GPU's SMs; returns what was done.
+
+    Green contexts (torch.cuda.green_contexts, beta) when torch has them; otherwise the MPS
+    percentage set before CUDA initialised (effective only when an MPS daemon runs).
+    """
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    n = max(SM_GRANULARITY, int(props.multi_processor_count * sm_share)
+            // SM_GRANULARITY * SM_GRANULARITY)
+    green = getattr(getattr(torch.cuda, "green_contexts", None), "GreenContext", None)
+    if green is None:
+        return f"mps {os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE')}%"
+    try:
+        ctx = green.create(num_sms=n)
+    except Exception as exc:  # noqa: BLE001 - driver too old, MIG, ...: fall back to the whole GPU
+        log.warning("green context of %d SMs failed (%s); using the whole GPU", n, exc)
+        return "none"
+    if hasattr(ctx, "Stream"):
+        torch.cuda.set_stream(ctx.Stream())
+    else:
+        ctx.set_context()
+    return f"green context {n}/{props.multi_processor_count} SMs"
+
+
+def build_runner(spec) -> tuple[object, dict]:
+    """(ModelRunner, info dict for the front) for a WorkerSpec."""
+    from gpuprobe.server.worker import pin_cpu
+
+    if spec.device == "cuda" and spec.sm_share is not None:
+        # Read by the CUDA driver at context creation, so set before torch touches CUDA.
+        os.environ["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(max(1, round(100 * spec.sm_share)))
+    threads = pin_cpu(spec.cores)
+    import torch
+
+    from gpuprobe.model.runner import ModelRunner, blocks_for_budget, load_model
+
+    torch.set_num_threads(threads)
+    partition = "cpu cores " + ",".join(map(str, spec.cores))
+    if spec.device == "cuda":
+        partition = partition_cuda(spec.sm_share) if spec.sm_share is not None else "whole GPU"
+    dtype = torch.bfloat16 if spec.device == "cuda" else torch.float32
+    config, model, tokenizer = load_model(spec.model, spec.device, dtype, **spec.model_overrides)
+    num_blocks = blocks_for_budget(config, spec.kv_cache_mb << 20, spec.block_size, dtype)
+    runner = ModelRunner(config, num_blocks, spec.block_size, spec.device, threads, dtype, model)
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return runner, {"num_blocks": num_blocks, "eos_token_id": config.eos_token_id
+                    if config.eos_token_id is not None else eos, "threads": threads,
+                    "partition": partition, "param_bytes": runner.param_bytes,
+                    "kv_bytes_per_token": runner.kv_bytes_per_token}

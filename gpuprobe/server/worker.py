@@ -1,0 +1,66 @@
+"""A worker process: one model, one LLMEngine, driven by messages from the front.
+
+Front -> worker (over a multiprocessing Pipe):
+    ("add", request dict)   ("abort", rid)   ("drain",)   ("stop",)
+Worker -> front:
+    ("ready", info)  ("step", events, step record, timings)  ("adopted", rid, handoff dict)
+    ("error", rid, message)  ("requeue", [rid, ...])  ("fatal", message)
+events are (rid, token_id, index, finished, finish_reason) tuples; timings map rid to
+prefill_start_s / prefill_end_s (epoch seconds). Torch is imported here only, in the child.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+
+IDLE_WAIT_S = 0.05
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs, picklable. cores: CPU ids it is pinned to (CPU device)."""
+
+    worker_id: str
+    role: str  # 'mixed' | 'prefill' | 'decode'
+    model: str
+    device: str
+    cores: tuple[int, ...]
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    chunked_prefill_tokens: int | None = None
+    kv_cache_mb: int = 256
+    block_size: int = 16
+    sm_share: float | None = None  # CUDA split layouts: this worker's share of the SMs
+    handoff: str = "none"  # 'none' | 'pipe' | 'tcp'
+    peer_addr: str | None = None  # tcp: the decode worker's listen address
+    model_overrides: dict = field(default_factory=dict)
+
+
+def worker_main(spec: WorkerSpec, conn, peer) -> None:
+    """Process entry point. peer: the handoff Connection (pipe) or None."""
+    try:
+        from gpuprobe.server.worker_loop import WorkerLoop
+
+        WorkerLoop(spec, conn, peer).run()
+    except (KeyboardInterrupt, BrokenPipeError, EOFError):
+        pass
+    except BaseException as exc:  # tell the front why before dying
+        try:
+            conn.send(("fatal", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+        except OSError:
+            pass
+        raise
+
+
+def pin_cpu(cores: tuple[int, ...]) -> int:
+    """Pin this process to `cores`; returns the thread count torch should use."""
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
+    return max(1, len(cores) or os.cpu_count() or 1)
+
+
+def wait_inputs(objs: list, timeout_s: float) -> list:
+    return wait(objs, timeout_s)
