@@ -17,6 +17,7 @@ from gpuprobe.engine import (
 from gpuprobe.engine.sequence import SeqStatus
 from gpuprobe.server.handoff import make_handoff
 from gpuprobe.server.runner_setup import build_runner
+from gpuprobe.server.warmup import warm_up
 from gpuprobe.server.worker import IDLE_WAIT_S, WorkerSpec, wait_inputs
 
 
@@ -34,6 +35,7 @@ class WorkerLoop:
             max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens,
             chunked_prefill_tokens=spec.chunked_prefill_tokens, num_blocks=info["num_blocks"],
             block_size=spec.block_size, eos_token_id=info["eos_token_id"], role=spec.role)
+        info["warmup_s"] = warm_up(self.runner, config)
         self.engine = LLMEngine(Scheduler(config), self.runner, clock=time.time)
         self.handoff = make_handoff(spec, peer)
         self.requests: dict[str, dict] = {}  # rid -> request dict, while this worker holds it
