@@ -45,6 +45,16 @@ class ServerHandle:
         self.stop()
 
 
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGTERM when the thread that launched it dies, so a killed
+    `gpuprobe validate` or test run leaves no orphan server holding cores."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -67,7 +77,8 @@ def start_server(model: str = "tiny", layout: str = "monolithic", port: int | No
             cmd += [_flag(key), str(value)]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log_path else out,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+                            env={**os.environ, **(env or {})}, start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     if log_path:
         out.close()  # the child holds its own copy
     handle = ServerHandle(f"http://{host}:{port}", proc, log_path)
