@@ -227,35 +227,6 @@ def test_config_file_and_flags(tmp_path):
         config.load(path, {})
 
 
-@pytest.fixture(scope="module")
-def reference_server(tmp_path_factory):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gpuprobe.cli.main", "serve", "--model", "tiny", "--port",
-                             str(port), "--store", str(tmp_path_factory.mktemp("ref") / "serve.db")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                pytest.skip(f"reference server did not start: {proc.stderr.read()[-400:]!r}")
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.3)
-        else:
-            pytest.skip("reference server not healthy within 90 s")
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.mark.timeout(120)
 def test_done_when_agent_beside_reference_server(reference_server, tmp_path):
     db = tmp_path / "a.db"

@@ -3,8 +3,6 @@ ways real ones do, and the reference server (gpuprobe serve)."""
 import asyncio
 import json
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -150,36 +148,6 @@ def test_scraper_down_target():
             await s.close()
     a, b = asyncio.run(twice())
     assert a[0].value == 0 and b == [] and len(logs) == 1 and ": down:" in logs[0]
-
-
-@pytest.fixture(scope="module")
-def reference_server(tmp_path_factory):
-    port = free_port()
-    store = tmp_path_factory.mktemp("ref") / "serve.db"
-    proc = subprocess.Popen([sys.executable, "-m", "gpuprobe.cli.main", "serve", "--model", "tiny",
-                             "--port", str(port), "--store", str(store)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                pytest.skip(f"reference server did not start: {proc.stderr.read()[-400:]!r}")
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.3)
-        else:
-            pytest.skip("reference server not healthy within 90 s")
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def complete(url, max_tokens=8):
