@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 NAME = "replay"
 HELP = "replay a workload against an OpenAI-compatible server (open loop) and record TTFT and token times"
@@ -64,4 +65,12 @@ def run(args) -> int:
     else:
         for key, val in out.items():
             print(f"{key:<16} {_fmt(val) if key.endswith('_s') and key != 'wall_s' else val}")
-    return 130 if result.interrupted else 0
+    if result.interrupted:
+        return 130
+    if len(result.records) and not (result.records["status"] == "ok").any():
+        first = result.records["error"].dropna()
+        why = f": {first.iloc[0]}" if len(first) else ""
+        print(f"gpuprobe replay: failed: none of {len(result.records)} requests to {args.target} "
+              f"succeeded (recorded as run {result.run_id}){why}", file=sys.stderr)
+        return 1
+    return 0
