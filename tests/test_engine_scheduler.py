@@ -236,3 +236,71 @@ def test_step_record_with_a_virtual_clock():
     assert rec.kv_blocks_used == 3 and rec.kv_blocks_total == 64
     _, rec = engine.step()
     assert rec.num_decode_seqs == 1 and rec.num_decode_ctx_tokens == 11
+
+
+def _decoding(num_blocks=64, lengths=((5, 9), (7, 6), (3, 12)), **kw) -> Scheduler:
+    """A scheduler whose sequences have all been prefilled and now only decode."""
+    sched = Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=4, **kw))
+    engine = LLMEngine(sched, FakeRunner())
+    for i, (prompt, out) in enumerate(lengths):
+        engine.add_request(make_seq(i, prompt_len=prompt, max_tokens=out))
+    engine.step()
+    return sched
+
+
+def _state(sched: Scheduler) -> list:
+    return [(s.seq_id, s.num_computed_tokens, s.num_tokens, s.completion_token_ids,
+             len(s.block_table), s.status) for s in sched.running] + [
+        sched.block_manager.num_free_blocks]
+
+
+def test_advance_decodes_equals_single_steps_up_to_the_first_finish():
+    fast, slow = _decoding(), _decoding()
+    k, ctx = fast.uniform_decode_steps(7)
+    assert k == 5  # r1 has 5 of its 6 tokens left: it finishes on the 5th step
+    assert ctx == sum(s.num_computed_tokens + 1 for s in fast.running)
+    seqs = list(fast.running)
+    finished = fast.advance_decodes(k, 7)
+    for _ in range(k):
+        slow.postprocess(batch := slow.schedule(), {s.seq_id: 7 for s in batch.decode})
+    assert [s.seq_id for s in finished] == ["r1"] and finished[0].finish_reason == "length"
+    assert _state(fast) == _state(slow) and len(fast.running) == 2
+    assert all(s.is_finished == (s.seq_id == "r1") for s in seqs)
+
+
+def test_advance_decodes_wants_a_fresh_plan():
+    sched = _decoding()
+    with pytest.raises(ValueError):
+        sched.advance_decodes(1, 7)
+    k, _ = sched.uniform_decode_steps(7)
+    with pytest.raises(ValueError):
+        sched.advance_decodes(k + 1, 7)
+    sched.uniform_decode_steps(7)
+    sched.add(make_seq(9))  # anything else the scheduler does drops the plan
+    with pytest.raises(ValueError):
+        sched.advance_decodes(1, 7)
+
+
+def test_no_uniform_run_when_the_next_step_differs():
+    sched = _decoding()
+    sched.add(make_seq(9))
+    assert sched.uniform_decode_steps(7) == (0, 0)  # a prompt waits: prefill-first admits it
+    assert _decoding(chunked_prefill_tokens=2).uniform_decode_steps(7)[0] == 0  # budget < batch
+    stops = _decoding(eos_token_id=EOS, lengths=((5, 9),))
+    stops.running[0].params = SamplingParams(max_tokens=9)  # EOS would stop it now
+    assert stops.uniform_decode_steps(EOS)[0] == 0
+
+
+def test_uniform_run_stops_before_a_preemption():
+    # 3 prompts of 3 tokens, 6 blocks of 4: the 2nd step fills the cache, the 6th preempts.
+    sched = _decoding(num_blocks=6, lengths=((3, 20), (3, 20), (3, 20)))
+    k, _ = sched.uniform_decode_steps(7)
+    assert k == 5
+    slow = _decoding(num_blocks=6, lengths=((3, 20), (3, 20), (3, 20)))
+    for _ in range(k):
+        batch = slow.schedule()
+        assert not batch.preempted
+        slow.postprocess(batch, {s.seq_id: 7 for s in batch.decode})
+    sched.advance_decodes(k, 7)
+    assert _state(sched) == _state(slow)
+    assert slow.schedule().preempted  # one more step would preempt

@@ -1,16 +1,19 @@
 """What one engine step does (Batch of PrefillChunks and decodes) and what it yields (TokenEvent).
 
-Plain data shared by the scheduler, the model runner and the simulator's cost model.
+Plain data shared by the scheduler, the model runner and the simulator's cost model. Treat
+them as read-only. They are slotted, not frozen: a frozen dataclass pays object.__setattr__
+per field, and the simulator builds one of each per simulated request.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpuprobe.engine.sequence import Sequence
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class PrefillChunk:
     """Prefill positions [start, start + num_tokens) of seq.token_ids.
 
@@ -24,10 +27,10 @@ class PrefillChunk:
 
     def __post_init__(self) -> None:
         # Fixed now: seq.num_tokens grows once the step's token is appended.
-        object.__setattr__(self, "is_last", self.start + self.num_tokens == self.seq.num_tokens)
+        self.is_last = self.start + self.num_tokens == self.seq.num_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Batch:
     """One step's work. Decode seqs each feed their last token at position num_tokens - 1.
 
@@ -42,9 +45,9 @@ class Batch:
     num_decode_ctx_tokens: int = field(init=False)  # KV positions the decodes attend over
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "num_prefill_tokens", sum(c.num_tokens for c in self.prefill))
-        object.__setattr__(self, "num_decode_ctx_tokens",
-                           sum(s.num_computed_tokens + 1 for s in self.decode))
+        self.num_prefill_tokens = sum([c.num_tokens for c in self.prefill])
+        decode = self.decode
+        self.num_decode_ctx_tokens = sum([s.num_computed_tokens for s in decode]) + len(decode)
 
     @property
     def num_tokens(self) -> int:
@@ -55,8 +58,7 @@ class Batch:
         return not self.prefill and not self.decode
 
 
-@dataclass(frozen=True)
-class TokenEvent:
+class TokenEvent(NamedTuple):
     """A token sampled for a request. index: 0-based position among its completion tokens."""
 
     seq_id: str

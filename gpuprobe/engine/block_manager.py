@@ -40,7 +40,7 @@ class BlockManager:
 
     def num_new_blocks(self, seq: Sequence, num_tokens: int) -> int:
         """Blocks `seq` still lacks to hold KV for positions [0, num_computed + num_tokens)."""
-        need = self.num_blocks_for(seq.num_computed_tokens + num_tokens)
+        need = -(-(seq.num_computed_tokens + num_tokens) // self.block_size)
         return max(0, need - len(seq.block_table))
 
     def can_allocate(self, seq: Sequence, num_tokens: int) -> bool:
@@ -48,19 +48,26 @@ class BlockManager:
 
     def allocate(self, seq: Sequence, num_tokens: int) -> None:
         """Grow seq.block_table to cover num_computed_tokens + num_tokens positions."""
-        n = self.num_new_blocks(seq, num_tokens)
-        if n > len(self._free):
-            raise RuntimeError(f"{seq.seq_id}: needs {n} KV blocks, {len(self._free)} free")
-        for _ in range(n):
-            seq.block_table.append(self._free.pop())
+        n = -(-(seq.num_computed_tokens + num_tokens) // self.block_size) - len(seq.block_table)
+        if n <= 0:
+            return
+        free = self._free
+        if n > len(free):
+            raise RuntimeError(f"{seq.seq_id}: needs {n} KV blocks, {len(free)} free")
+        # The ids, in the order, that n pops off the top of the stack would give.
+        seq.block_table += free[-n:][::-1]
+        del free[-n:]
 
     def can_append(self, seq: Sequence) -> bool:
         """Whether a decode step (one more KV position) fits."""
+        if seq.num_computed_tokens < len(seq.block_table) * self.block_size:
+            return True  # the last block has room: the common case, no division
         return self.can_allocate(seq, 1)
 
     def may_append(self, seq: Sequence) -> None:
         """Before a decode step: take a new block when the next position starts one."""
-        self.allocate(seq, 1)
+        if seq.num_computed_tokens >= len(seq.block_table) * self.block_size:
+            self.allocate(seq, 1)
 
     def deallocate(self, seq: Sequence) -> None:
         self._free.extend(reversed(seq.block_table))

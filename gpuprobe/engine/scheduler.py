@@ -12,42 +12,14 @@ decode cannot get a block, the newest running sequence is preempted and recomput
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
-from gpuprobe.engine.batch import Batch, PrefillChunk, TokenEvent  # noqa: F401 (re-exported)
+from gpuprobe.engine import decode_run
+from gpuprobe.engine.batch import Batch, PrefillChunk, TokenEvent  # re-exported
 from gpuprobe.engine.block_manager import BlockManager
-from gpuprobe.engine.sequence import Sequence, SeqStatus
+from gpuprobe.engine.config import ROLES, SchedulerConfig  # noqa: F401 (re-exported)
+from gpuprobe.engine.sequence import SeqStatus, Sequence
 
-ROLES = ("mixed", "prefill", "decode")
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """Limits and layout of one scheduler. Token counts are per step.
-
-    role: 'mixed' prefills and decodes; 'prefill' only prefills and hands each sequence on
-    after its first token (pop_prefilled); 'decode' takes prefilled sequences
-    (add_prefilled) and decodes them, recomputing only the ones it had to preempt.
-    """
-
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    chunked_prefill_tokens: int | None = None
-    num_blocks: int = 1024
-    block_size: int = 16
-    eos_token_id: int | None = None
-    role: str = "mixed"
-
-    def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "num_blocks", "block_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.chunked_prefill_tokens is not None and self.chunked_prefill_tokens < 1:
-            raise ValueError(f"chunked_prefill_tokens must be >= 1 or None, "
-                             f"got {self.chunked_prefill_tokens}")
-
+FINISHED = SeqStatus.FINISHED
 
 class Scheduler:
     """Continuous batching over a BlockManager; see the module docstring for the policies."""
@@ -58,6 +30,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: newest last, preempted first
         self._prefilled: list[Sequence] = []  # role='prefill': done, blocks still held
+        self._decode_run = decode_run.DecodeRun()  # dropped by whatever else changes seqs
 
     @property
     def num_waiting(self) -> int:
@@ -76,6 +49,7 @@ class Scheduler:
         if self.config.role == "decode":
             raise ValueError("a decode-role scheduler takes sequences through add_prefilled()")
         self._check_fits(seq)
+        self._decode_run.drop()
         seq.status = SeqStatus.WAITING
         self.waiting.append(seq)
 
@@ -96,6 +70,7 @@ class Scheduler:
         if (self.waiting or len(self.running) >= self.config.max_num_seqs
                 or not self.block_manager.can_allocate(seq, 1)):
             return False
+        self._decode_run.drop()
         self.block_manager.allocate(seq, 0)
         seq.status = SeqStatus.RUNNING
         self.running.append(seq)
@@ -103,6 +78,7 @@ class Scheduler:
 
     def abort(self, seq_id: str) -> bool:
         """Drop a request wherever it is and free its blocks. Returns whether it was found."""
+        self._decode_run.drop()
         for queue in (self.waiting, self.running, self._prefilled):
             for seq in queue:
                 if seq.seq_id == seq_id:
@@ -124,6 +100,7 @@ class Scheduler:
         self.block_manager.deallocate(seq)
 
     def schedule(self) -> Batch:
+        self._decode_run.drop()
         if self.config.chunked_prefill_tokens is None:
             return self._schedule_prefill_first()
         return self._schedule_chunked(self.config.chunked_prefill_tokens)
@@ -136,17 +113,37 @@ class Scheduler:
         """
         events = []
         for chunk in batch.prefill:
-            if chunk.seq.is_finished:
+            seq = chunk.seq
+            if seq.status is FINISHED:
                 continue
-            chunk.seq.num_computed_tokens = chunk.start + chunk.num_tokens
+            seq.num_computed_tokens = chunk.start + chunk.num_tokens
             if chunk.is_last:
-                events.append(self._append(chunk.seq, token_ids[chunk.seq.seq_id]))
+                events.append(self._append(seq, token_ids[seq.seq_id]))
         for seq in batch.decode:
-            if seq.is_finished:
+            if seq.status is FINISHED:
                 continue
             seq.num_computed_tokens += 1
             events.append(self._append(seq, token_ids[seq.seq_id]))
         return events
+
+    def uniform_decode_steps(self, token_id: int) -> tuple[int, int]:
+        """(k, ctx_tokens): the next k steps would each be the same batch, every running
+        sequence decoding and nothing else, each sampling token_id, with no preemption; the
+        first attends ctx_tokens KV positions, each later one len(running) more. k = 0 when
+        the next step is not such a step. A finish (by length) ends the run on its k-th step.
+        """
+        return self._decode_run.plan(self, token_id)
+
+    def advance_decodes(self, num_steps: int, token_id: int) -> list[Sequence]:
+        """Do what num_steps rounds of schedule() and postprocess() would do, right after
+        uniform_decode_steps(token_id) said k >= num_steps. Returns the sequences that finished
+        (on the last step; retired like postprocess() retires them). No TokenEvents."""
+        finished = self._decode_run.advance(self, num_steps, token_id)
+        if finished:
+            self.running[:] = [s for s in self.running if s not in finished]
+            for seq in finished:
+                self._retire(seq, "length")
+        return finished
 
     def _schedule_prefill_first(self) -> Batch:
         prefill = self._admit(self.config.max_num_batched_tokens, whole=True)
@@ -200,19 +197,24 @@ class Scheduler:
         """Up to max_seqs decodes, oldest first; preempt the newest when blocks run out."""
         decode: list[Sequence] = []
         preempted: list[Sequence] = []
-        for seq in [s for s in self.running if s.is_prefill_done]:
+        bm = self.block_manager
+        # A copy: preemption below removes victims from self.running.
+        for seq in self.running[:]:
+            n = seq.num_tokens
+            if n == seq.num_prompt_tokens or seq.num_computed_tokens < n - 1:
+                continue  # not is_prefill_done: a prompt part-way (chunked prefill)
             if len(decode) >= max_seqs:
                 break
             if seq.status is not SeqStatus.RUNNING:
                 continue  # preempted above to make room for an older one
-            while not self.block_manager.can_append(seq):
+            while not bm.can_append(seq):
                 victim = self._newest_unscheduled(decode)
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is seq:
                     break
             else:
-                self.block_manager.may_append(seq)
+                bm.may_append(seq)
                 decode.append(seq)
         return decode, preempted
 
@@ -237,7 +239,7 @@ class Scheduler:
         elif self.config.role == "prefill":
             self.running.remove(seq)
             self._prefilled.append(seq)
-        return TokenEvent(seq.seq_id, token_id, seq.num_completion_tokens - 1,
+        return TokenEvent(seq.seq_id, token_id, seq.num_tokens - seq.num_prompt_tokens - 1,
                           reason is not None, reason)
 
     def _finish_reason(self, seq: Sequence, token_id: int) -> str | None:
@@ -246,7 +248,7 @@ class Scheduler:
         if token_id in params.stop_token_ids or (
                 not params.ignore_eos and token_id == self.config.eos_token_id):
             return "stop"
-        if seq.num_completion_tokens >= params.max_tokens:
+        if seq.num_tokens - seq.num_prompt_tokens >= params.max_tokens:
             return "length"
         return None
 

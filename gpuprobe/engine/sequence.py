@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -43,15 +44,30 @@ class Sequence:
     num_computed_tokens == num_tokens - 1: the last sampled token is the next step's input.
     A preempted sequence is recomputed: its whole token list is prefilled again, and that
     prefill samples its next token.
+
+    The prompt is kept as given when it is a tuple or a range (the simulator passes
+    range(n): no token list materialized for a prompt whose ids nobody reads); any other
+    iterable is copied into a tuple. num_tokens is a plain counter because the scheduler
+    reads it in its hot loops; token_ids builds the full list on demand (the model runner
+    reads it once per prefill chunk).
     """
 
-    def __init__(self, seq_id: str, prompt_token_ids: list[int], params: SamplingParams,
+    __slots__ = ("seq_id", "prompt_token_ids", "num_prompt_tokens", "num_tokens", "_completion",
+                 "params", "arrival_s", "num_computed_tokens", "block_table", "status",
+                 "finish_reason")
+
+    def __init__(self, seq_id: str, prompt_token_ids: Iterable[int], params: SamplingParams,
                  arrival_s: float = 0.0):
-        if not prompt_token_ids:
+        if type(prompt_token_ids) not in (tuple, range):
+            prompt_token_ids = tuple(prompt_token_ids)
+        n = len(prompt_token_ids)
+        if not n:
             raise ValueError(f"request {seq_id!r}: prompt must have at least one token")
         self.seq_id = seq_id
-        self.token_ids = list(prompt_token_ids)
-        self.num_prompt_tokens = len(prompt_token_ids)
+        self.prompt_token_ids = prompt_token_ids
+        self.num_prompt_tokens = n
+        self.num_tokens = n
+        self._completion: list[int] = []
         self.params = params
         self.arrival_s = arrival_s
         self.num_computed_tokens = 0
@@ -60,7 +76,7 @@ class Sequence:
         self.finish_reason: str | None = None  # 'length' | 'stop' | 'abort'
 
     @classmethod
-    def from_prefilled(cls, seq_id: str, prompt_token_ids: list[int], first_token_id: int,
+    def from_prefilled(cls, seq_id: str, prompt_token_ids: Iterable[int], first_token_id: int,
                        params: SamplingParams, arrival_s: float = 0.0) -> Sequence:
         """Rebuild, on a decode worker, a sequence whose prefill ran elsewhere (KV to import)."""
         seq = cls(seq_id, prompt_token_ids, params, arrival_s)
@@ -73,25 +89,27 @@ class Sequence:
                 f"computed={self.num_computed_tokens}, {self.status.name})")
 
     @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
+    def token_ids(self) -> list[int]:
+        """Prompt then completion ids, a new list."""
+        return [*self.prompt_token_ids, *self._completion]
 
     @property
     def num_completion_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
+        return self.num_tokens - self.num_prompt_tokens
 
     @property
     def completion_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self._completion[:]
 
     @property
     def last_token_id(self) -> int:
-        return self.token_ids[-1]
+        return self._completion[-1] if self._completion else self.prompt_token_ids[-1]
 
     @property
     def is_prefill_done(self) -> bool:
         # Only the last sampled token lacks KV: the next step is a one-token decode.
-        return self.num_completion_tokens > 0 and self.num_computed_tokens >= self.num_tokens - 1
+        return (self.num_tokens > self.num_prompt_tokens
+                and self.num_computed_tokens >= self.num_tokens - 1)
 
     @property
     def is_finished(self) -> bool:
@@ -102,4 +120,7 @@ class Sequence:
         return -(-self.num_tokens // block_size)
 
     def append_token(self, token_id: int) -> None:
-        self.token_ids.append(token_id)
+        self._completion.append(token_id)
+        self.num_tokens += 1
+
+

@@ -44,6 +44,29 @@ def per_request(arrival_s, first_s, last_s, num_tokens) -> pd.DataFrame:
 
 def aggregate(req: pd.DataFrame, tbt_gaps_s: np.ndarray, slo: Slo, devices: int = 1) -> dict:
     """Aggregates over a per_request() table and the pooled inter-token gaps."""
+    return summarize(req, tbt_summary(tbt_gaps_s), slo, devices)
+
+
+def tbt_summary(gaps_s: np.ndarray, counts: np.ndarray | None = None,
+                total_s: float | None = None) -> dict:
+    """tbt_p50_s / tbt_p90_s / tbt_p99_s / tbt_mean_s of pooled gaps (NaN without gaps).
+
+    counts: how many times each gap occurs (the simulator's compact form), percentiles as of
+    the expanded array. total_s: the gaps' sum when the caller knows it exactly (telescoped
+    per request), so the mean does not depend on the gaps' order.
+    """
+    gaps_s = np.asarray(gaps_s, dtype=float)
+    n = int(counts.sum()) if counts is not None else len(gaps_s)
+    if n == 0:
+        return {k: float("nan") for k in ("tbt_p50_s", "tbt_p90_s", "tbt_p99_s", "tbt_mean_s")}
+    pooled = gaps_s if counts is None else np.repeat(gaps_s, counts)
+    p50, p90, p99 = np.percentile(pooled, [50, 90, 99])
+    mean = total_s / n if total_s is not None else np.mean(pooled)
+    return {"tbt_p50_s": p50, "tbt_p90_s": p90, "tbt_p99_s": p99, "tbt_mean_s": float(mean)}
+
+
+def summarize(req: pd.DataFrame, tbt: dict, slo: Slo, devices: int = 1) -> dict:
+    """Aggregates over a per_request() table, with the TBT figures from tbt_summary()."""
     ok = req[req["ok"]]
     out: dict = {"num_requests": int(len(req)), "num_completed": int(len(ok))}
     if len(ok) == 0:
@@ -51,11 +74,7 @@ def aggregate(req: pd.DataFrame, tbt_gaps_s: np.ndarray, slo: Slo, devices: int 
                 "goodput_rps_per_device": 0.0}
     ttft = ok["ttft_s"].to_numpy()
     out["ttft_p50_s"], out["ttft_p90_s"], out["ttft_p99_s"] = np.percentile(ttft, [50, 90, 99])
-    if len(tbt_gaps_s):
-        out["tbt_p50_s"], out["tbt_p90_s"], out["tbt_p99_s"] = np.percentile(tbt_gaps_s, [50, 90, 99])
-    else:
-        out["tbt_p50_s"] = out["tbt_p90_s"] = out["tbt_p99_s"] = float("nan")
-    out["tbt_mean_s"] = float(np.mean(tbt_gaps_s)) if len(tbt_gaps_s) else float("nan")
+    out.update(tbt)
     span = float((ok["arrival_s"] + ok["e2e_s"]).max() - req["arrival_s"].min())
     out["span_s"] = span
     out["throughput_tok_s"] = float(ok["output_tokens"].sum() / span) if span > 0 else float("nan")

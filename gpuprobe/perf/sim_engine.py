@@ -5,39 +5,57 @@ and 'prefill', prefilled sequences for role 'decode'. Each step asks the shared 
 a batch, advances the clock by the cost model's step time, and hands the Scheduler a token per
 sequence (postprocess), exactly as the reference server's engine does with real forward passes.
 
-Speed: when nothing can change the batch for a while (no input due, nothing waiting, every
-running sequence decoding and none about to finish or to run out of KV blocks) the worker
-advances K identical decode steps at once: the same per-sequence effects (tokens, KV progress,
-blocks) and the same step times as K single steps, without K schedule() calls.
+Speed: when the Scheduler says the next k steps are the same all-decode batch
+(uniform_decode_steps), the worker takes as many of them as end before the next input is due
+in one macro-step (advance_decodes): the same step times, bit for bit, and the same effects as
+single steps, without a schedule() call or a TokenEvent per step.
+
+Token times are kept compact, never per token: each request's later tokens are runs of
+consecutive steps. A run in the uniform decode steps (every decoding sequence took part) is
+opened when a sequence starts decoding and closed when it finishes, is preempted or gets a
+token in a single step; so a macro-step costs nothing per sequence here.
 """
 from __future__ import annotations
 
 from collections import deque
 
 from gpuprobe.engine.scheduler import Scheduler, SchedulerConfig
-from gpuprobe.engine.sequence import Sequence
+from gpuprobe.engine.sequence import SeqStatus, Sequence
 from gpuprobe.perf.costmodel import StepCost
 
-MIN_MACRO_STEPS = 2
+MIN_MACRO_STEPS = 1  # the bench and tests set it out of reach to get the single-step baseline
+TOKEN = 1            # every simulated token; the trace fixes lengths (ignore_eos)
+RUNNING = SeqStatus.RUNNING
 
 
 class SimEngine:
     """Runs `inputs` to completion; records token times on the virtual clock (seconds).
 
     After run(): first_s[seq_id] is the engine time of each request's first token produced
-    here (index 0), ends is every step's end time, runs[seq_id] lists (first step, count) pairs
-    of the steps that gave it its later tokens, prefilled is [(ready_s, seq)] for role
-    'prefill', and num_steps / num_macro_steps count what happened.
+    here (index 0); ends is every step's end time; the macro-steps took steps
+    [macro_first[m], macro_first[m] + macro_len[m]), num_uniform of them in all (the uniform
+    decode steps, numbered in that order: their ordinals); run_ids / run_starts /
+    run_counts are the runs of each request's later tokens in time order per request: a
+    start >= 0 is a step index, a start < 0 is uniform ordinal -start - 1. prefilled is
+    [(ready_s, seq)] for role 'prefill'; num_steps / num_macro_steps count what happened.
     """
 
     def __init__(self, config: SchedulerConfig, cost: StepCost):
         self.config = config
         self.sched = Scheduler(config)
         self.step_s = cost.step_fn()
-        self.k0, self.k1, self.k2 = cost.decode_coefs()
+        # step_fn's decode-only formula, unrolled into _macro with the same operation order.
+        self._dec = (*cost.decode.coef, cost.step_overhead_s, cost.scale)
         self.first_s: dict[str, float] = {}
         self.ends: list[float] = []
-        self.runs: dict[str, list[int]] = {}
+        self.macro_first: list[int] = []
+        self.macro_len: list[int] = []
+        self.num_uniform = 0
+        self.run_ids: list[str] = []
+        self.run_starts: list[int] = []
+        self.run_counts: list[int] = []
+        self._open: dict[str, int] = {}  # seq_id -> uniform ordinal its open run starts at
+        self._last_run: dict[str, int] = {}  # seq_id -> position of its latest step run
         self.prefilled: list[tuple[float, Sequence]] = []
         self.rejected: list[Sequence] = []
         self.num_steps = 0
@@ -47,6 +65,8 @@ class SimEngine:
 
     def run(self, inputs: list[tuple[float, Sequence]]) -> None:
         sched, role = self.sched, self.config.role
+        waiting, running = sched.waiting, sched.running
+        macro = role != "prefill" and MIN_MACRO_STEPS < 10 ** 9
         pending: deque[Sequence] = deque()
         n, i, t = len(inputs), 0, 0.0
         while True:
@@ -54,25 +74,29 @@ class SimEngine:
                 self._feed(inputs[i][1], pending)
                 i += 1
             while pending and sched.add_prefilled(pending[0]):
-                pending.popleft()
+                self._open[pending.popleft().seq_id] = self.num_uniform
             next_s = inputs[i][0] if i < n else float("inf")
-            if not sched.has_unfinished():
+            if not (waiting or running):
                 if i >= n:
                     break
                 t = max(t, next_s)
                 continue
-            if role != "prefill" and self._macro(t, next_s):
-                t = self.ends[-1]
-                continue
+            if macro:
+                k, ctx = sched.uniform_decode_steps(TOKEN)
+                if k >= MIN_MACRO_STEPS:
+                    t = self._macro(t, next_s, k, ctx)
+                    continue
             stepped = self._step(t)
             if stepped is None:  # nothing schedulable until something arrives
                 if i >= n:
-                    self.rejected.extend(sched.waiting)
+                    self.rejected.extend(waiting)
                     break
                 t = max(t, next_s)
                 continue
             t = stepped
         self.rejected.extend(pending)
+        for seq_id in list(self._open):
+            self._close(seq_id)
 
     def _feed(self, seq: Sequence, pending: deque) -> None:
         if self.config.role == "decode":
@@ -83,107 +107,94 @@ class SimEngine:
         except ValueError:  # longer than the KV cache can ever hold
             self.rejected.append(seq)
 
+    def _macro(self, t: float, next_s: float, k: int, C: int) -> float:
+        """Take up to k uniform decode steps, stopping after the first that ends at or after
+        next_s (the next input joins before the step after it). Returns the clock."""
+        B = len(self.sched.running)
+        d0, d1, d2, ovh, scale = self._dec
+        x = d0 + d1 * B
+        ends = self.ends
+        append = ends.append
+        first = len(ends)
+        for c in range(C, C + k * B, B):  # c: the step's KV positions
+            t += (x + d2 * c + ovh) * scale  # == step_s(0, 0, B, c), bit for bit
+            append(t)
+            if t >= next_s:
+                break
+        K = len(ends) - first
+        finished = self.sched.advance_decodes(K, TOKEN)
+        self.macro_first.append(first)
+        self.macro_len.append(K)
+        self.num_uniform += K
+        for seq in finished:
+            self._close(seq.seq_id)
+        self.num_steps += K
+        self.num_macro_steps += 1
+        if B > self.max_decode_seqs:
+            self.max_decode_seqs = B
+        return t
+
     def _step(self, t: float) -> float | None:
-        sched = self.sched
+        sched, role = self.sched, self.config.role
         batch = sched.schedule()
         if batch.is_empty:
             return None
         T, Q = batch.num_prefill_tokens, 0
         for c in batch.prefill:
-            Q += (c.start + c.num_tokens) ** 2 - c.start ** 2
+            end = c.start + c.num_tokens
+            Q += end * end - c.start * c.start
         B = len(batch.decode)
         t += self.step_s(T, Q, B, batch.num_decode_ctx_tokens)
-        tokens = {c.seq.seq_id: 1 for c in batch.prefill if c.is_last}
+        tokens = {c.seq.seq_id: TOKEN for c in batch.prefill if c.is_last}
         for s in batch.decode:
-            tokens[s.seq_id] = 1
+            tokens[s.seq_id] = TOKEN
         idx = len(self.ends)
         self.ends.append(t)
         self.num_steps += 1
         self.max_prefill_tokens = max(self.max_prefill_tokens, T)
         self.max_decode_seqs = max(self.max_decode_seqs, B)
+        for seq in batch.preempted:
+            self._close(seq.seq_id)
+        opened = self._open
         for ev in sched.postprocess(batch, tokens):
-            if ev.index == 0 and self.config.role != "decode":
-                self.first_s[ev.seq_id] = t
+            seq_id = ev.seq_id
+            if ev.index == 0 and role != "decode":
+                self.first_s[seq_id] = t
             else:
-                self._add_run(ev.seq_id, idx, 1)
-        if self.config.role == "prefill":
+                self._close(seq_id)
+                self._add_step(seq_id, idx)
+                if not ev.finished:
+                    opened[seq_id] = self.num_uniform
+        if role == "prefill":
             for seq in sched.pop_prefilled():
                 sched.release(seq)
                 self.prefilled.append((t, seq))
+            return t
+        # Every running decoding sequence has an open run, also one whose recompute stopped
+        # a position short of its tokens (it decodes that one next: no token sampled now).
+        for c in batch.prefill:
+            seq = c.seq
+            if seq.seq_id not in opened and seq.status is RUNNING and seq.is_prefill_done:
+                opened[seq.seq_id] = self.num_uniform
         return t
 
-    def _add_run(self, seq_id: str, idx: int, count: int) -> None:
-        r = self.runs.get(seq_id)
-        if r is None:
-            self.runs[seq_id] = [idx, count]
-        elif r[-2] + r[-1] == idx:
-            r[-1] += count
-        else:
-            r += (idx, count)
+    def _add_step(self, seq_id: str, idx: int) -> None:
+        """A token of seq_id at step idx: extends its latest step run when that ends at idx."""
+        pos = self._last_run.get(seq_id)
+        if (pos is not None and self.run_starts[pos] >= 0
+                and self.run_starts[pos] + self.run_counts[pos] == idx):
+            self.run_counts[pos] += 1
+            return
+        self._last_run[seq_id] = len(self.run_ids)
+        self.run_ids.append(seq_id)
+        self.run_starts.append(idx)
+        self.run_counts.append(1)
 
-    def _macro(self, t: float, next_s: float) -> bool:
-        """Advance several identical decode steps at once; False when that is not exact."""
-        sched, cfg = self.sched, self.config
-        running = sched.running
-        B = len(running)
-        if sched.waiting or not B or B > cfg.max_num_seqs or (
-                cfg.chunked_prefill_tokens is not None and B > cfg.chunked_prefill_tokens):
-            return False
-        k = 1 << 30
-        C = 0
-        for s in running:
-            # Inlined Sequence properties: this loop is the simulator's hot path.
-            n_tok = len(s.token_ids)
-            done = s.num_computed_tokens
-            if done < n_tok - 1 or n_tok == s.num_prompt_tokens:
-                return False  # a prompt still prefilling
-            left = s.params.max_tokens - n_tok + s.num_prompt_tokens
-            if left < k:
-                k = left
-            C += done + 1
-        k -= 1  # the step that finishes a sequence goes through schedule()/postprocess()
-        if k < MIN_MACRO_STEPS:
-            return False
-        # Steps until the next input is due: step j starts at the end of step j-1.
-        k0 = self.k0 + self.k1 * B
-        k2, ends, K = self.k2, [], 0
-        while K < k:
-            t += k0 + k2 * C
-            ends.append(t)
-            K += 1
-            C += B
-            if t >= next_s:
-                break
-        if K < MIN_MACRO_STEPS:
-            return False
-        bm = sched.block_manager
-        bs = bm.block_size
-        grow = []
-        need = 0
-        for s in running:
-            n = -(-(s.num_computed_tokens + K) // bs) - len(s.block_table)
-            if n > 0:
-                need += n
-                grow.append(s)
-        if need > bm.num_free_blocks:
-            return False  # a preemption is coming: let the scheduler do it step by step
-        for s in grow:
-            bm.allocate(s, K)
-        idx = len(self.ends)
-        self.ends += ends
-        ones = [1] * K
-        runs = self.runs
-        for s in running:
-            s.num_computed_tokens += K
-            s.token_ids += ones
-            r = runs[s.seq_id] if s.seq_id in runs else None
-            if r is not None and r[-2] + r[-1] == idx:
-                r[-1] += K
-            elif r is None:
-                runs[s.seq_id] = [idx, K]
-            else:
-                r += (idx, K)
-        self.num_steps += K
-        self.num_macro_steps += 1
-        self.max_decode_seqs = max(self.max_decode_seqs, B)
-        return True
+    def _close(self, seq_id: str) -> None:
+        """End seq_id's open uniform run (if any), recording it when it holds tokens."""
+        start = self._open.pop(seq_id, None)
+        if start is not None and self.num_uniform > start:
+            self._last_run[seq_id] = len(self.run_ids)
+            self.run_ids.append(seq_id)
+            self.run_starts.append(-start - 1)
+            self.run_counts.append(self.num_uniform - start)

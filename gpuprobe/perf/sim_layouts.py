@@ -31,29 +31,35 @@ class LayoutConfig:
 
 @dataclass
 class RawTimes:
-    """Per-request engine results, times in seconds on the workload's clock.
+    """Per-request engine results, times in seconds on the workload's clock, as the client
+    sees them (token_out_s included).
 
-    first_s: when the client gets the first token (NaN if rejected); ends/runs: the decode
-    worker's step ends and each request's (first step, count) runs for its later tokens.
+    first_s: first token per request (NaN if rejected). times_s: the decode worker's step
+    ends, then its uniform decode steps' ends again (the axis the runs index). run_owner /
+    run_start / run_count (int arrays): runs of each request's later tokens, grouped by
+    request, in time order within one (see sim_timeline.token_stats).
     """
 
     first_s: np.ndarray
-    ends: np.ndarray
-    runs: list[list[int] | None]
-    token_out_s: float
+    times_s: np.ndarray
+    run_owner: np.ndarray
+    run_start: np.ndarray
+    run_count: np.ndarray
     stats: dict
 
 
 def _sequences(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> list[Sequence]:
+    # ignore_eos: the trace says how many tokens each request produced. range(p) is a prompt
+    # nobody reads the ids of (Sequence keeps it as is); one SamplingParams per length.
+    params: dict[int, SamplingParams] = {}
     seqs = []
-    prompts: dict[int, list[int]] = {}
-    for i, (p, o) in enumerate(zip(prompt_tokens.tolist(), output_tokens.tolist())):
-        p, o = max(1, int(p)), max(1, int(o))
-        ids = prompts.get(p)
-        if ids is None:
-            ids = prompts[p] = [1] * p
-        # ignore_eos: the trace says how many tokens each request produced.
-        seqs.append(Sequence(str(i), ids, SamplingParams(max_tokens=o, ignore_eos=True)))
+    prompts = np.maximum(np.asarray(prompt_tokens).astype(np.int64), 1).tolist()
+    outputs = np.maximum(np.asarray(output_tokens).astype(np.int64), 1).tolist()
+    for i, p, o in zip(range(len(prompts)), prompts, outputs):
+        sp = params.get(o)
+        if sp is None:
+            sp = params[o] = SamplingParams(max_tokens=o, ignore_eos=True)
+        seqs.append(Sequence(str(i), range(p), sp))
     return seqs
 
 
@@ -65,7 +71,7 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     ovh = profile.overhead
     seqs = _sequences(prompt_tokens, output_tokens)
     in_s = ovh.request_in_s + (ovh.split_in_s if layout != "monolithic" else 0.0)
-    inputs = [(float(a) + in_s, s) for a, s in zip(arrival_s.tolist(), seqs)]
+    inputs = list(zip((arrival_s + in_s).tolist(), seqs))
     if layout == "monolithic":
         eng = SimEngine(config.mixed, profile.worker(layout, "mixed"))
         eng.run(inputs)
@@ -75,7 +81,9 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         pre = SimEngine(config.prefill, profile.worker(layout, "prefill"))
         pre.run(inputs)
         link, kvb = profile.link(layout), profile.kv_bytes_per_token
-        handed = [(t + link.seconds(kvb * s.num_computed_tokens), s) for t, s in pre.prefilled]
+        lat, bw = link.latency_s, link.bytes_per_s
+        # Link.seconds(), inlined: once per request.
+        handed = [(t + (lat + kvb * s.num_computed_tokens / bw), s) for t, s in pre.prefilled]
         handed.sort(key=lambda x: x[0])
         dec = SimEngine(config.decode, profile.worker(layout, "decode"))
         dec.run(handed)
@@ -83,17 +91,34 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         stats = {**_stats(pre, "prefill"), **_stats(dec, "decode")}
     n = len(seqs)
     first = np.full(n, np.nan)
-    for sid, t in first_eng.first_s.items():
-        first[int(sid)] = t + ovh.token_out_s
-    runs: list = [None] * n
-    for sid, r in dec.runs.items():
-        runs[int(sid)] = r
-    rejected = {s.seq_id for e in {first_eng, dec} for s in e.rejected}
-    for sid in rejected:
-        first[int(sid)] = np.nan
-        runs[int(sid)] = None
+    if first_eng.first_s:
+        first[_ints(first_eng.first_s)] = np.fromiter(first_eng.first_s.values(), float)
+    first += ovh.token_out_s
+    rejected = _ints({s.seq_id for e in {first_eng, dec} for s in e.rejected})
+    first[rejected] = np.nan
+    ends = np.asarray(dec.ends, dtype=float)
+    times = np.concatenate([ends, ends[_uniform_steps(dec)]]) + ovh.token_out_s
+    owner = _ints(dec.run_ids)
+    starts = np.asarray(dec.run_starts, dtype=np.int64)
+    starts = np.where(starts >= 0, starts, len(ends) - 1 - starts)  # uniform ordinal -> axis
+    keep = np.flatnonzero(~np.isin(owner, rejected))
+    keep = keep[np.argsort(owner[keep], kind="stable")]  # by request, time order kept
     stats["num_rejected"] = len(rejected)
-    return RawTimes(first, np.asarray(dec.ends, dtype=float), runs, ovh.token_out_s, stats)
+    return RawTimes(first, times, owner[keep], starts[keep],
+                    np.asarray(dec.run_counts, dtype=np.int64)[keep], stats)
+
+
+def _uniform_steps(eng: SimEngine) -> np.ndarray:
+    """Step index of each uniform ordinal: the macro-steps' step ranges, concatenated."""
+    first = np.asarray(eng.macro_first, dtype=np.int64)
+    length = np.asarray(eng.macro_len, dtype=np.int64)
+    return np.repeat(first - (np.cumsum(length) - length), length) + np.arange(length.sum())
+
+
+def _ints(seq_ids) -> np.ndarray:
+    """Request indices from the simulator's seq_ids (str(index))."""
+    return np.array(list(seq_ids), dtype=str).astype(np.int64) if len(seq_ids) else \
+        np.zeros(0, dtype=np.int64)
 
 
 def _stats(eng: SimEngine, name: str) -> dict:

@@ -9,6 +9,8 @@ has no randomness; ties keep the workload's order).
 """
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,8 +18,9 @@ import pandas as pd
 
 from gpuprobe.errors import UserError
 from gpuprobe.perf.costmodel import Profile
-from gpuprobe.perf.metrics import Slo, aggregate, per_request
-from gpuprobe.perf.sim_layouts import DEVICES, LAYOUTS, LayoutConfig, RawTimes, run_layout
+from gpuprobe.perf.metrics import Slo, per_request, summarize, tbt_summary
+from gpuprobe.perf.sim_layouts import DEVICES, LAYOUTS, LayoutConfig, run_layout
+from gpuprobe.perf.sim_timeline import token_stats
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 
@@ -32,25 +35,6 @@ class SimResult:
     summary: dict
 
 
-def _token_times(raw: RawTimes, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(owner, time) of every token after the first, grouped by request; and last_s per request."""
-    starts, counts, owners = [], [], []
-    for i, r in enumerate(raw.runs):
-        if r:
-            starts += r[0::2]
-            counts += r[1::2]
-            owners += [i] * (len(r) // 2)
-    counts_a = np.asarray(counts, dtype=np.int64)
-    offsets = np.cumsum(counts_a) - counts_a
-    idx = np.repeat(np.asarray(starts, dtype=np.int64) - offsets, counts_a) + np.arange(counts_a.sum())
-    times = raw.ends[idx] + raw.token_out_s if len(idx) else np.zeros(0)
-    owner = np.repeat(np.asarray(owners, dtype=np.int64), counts_a)
-    last = raw.first_s.copy()
-    if len(owner):
-        last[owner] = times  # later writes win: each owner's last token
-    return owner, times, last
-
-
 def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = Slo(),
              config: LayoutConfig | None = None) -> SimResult:
     """Simulate `workload` through `layout` with `profile`'s costs. Times in seconds."""
@@ -63,29 +47,37 @@ def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = S
     arrival = wl["arrival_s"].to_numpy(dtype=float)
     prompt = wl["prompt_tokens"].to_numpy()
     output = np.maximum(wl["output_tokens"].to_numpy(), 1)
-    raw = run_layout(layout, arrival, prompt, output, profile, config or LayoutConfig())
-    owner, times, last = _token_times(raw, len(arrival))
-    req = per_request(arrival, raw.first_s, last, output)
-    gaps = np.diff(times) if len(times) else np.zeros(0)
-    if len(owner):
-        new_owner = np.r_[True, owner[1:] != owner[:-1]]
-        # The first gap of each request runs from its first token, not the previous request's.
-        gaps = np.r_[times[0] - raw.first_s[owner[0]], gaps]
-        gaps[new_owner] = times[new_owner] - raw.first_s[owner[new_owner]]
-        tbt_max = np.zeros(len(arrival))
-        starts = np.flatnonzero(new_owner)  # tokens are grouped by request, in time order
-        tbt_max[owner[starts]] = np.maximum.reduceat(gaps, starts)
-        req["tbt_max_s"] = np.where(output > 1, tbt_max, np.nan)
-    else:
-        req["tbt_max_s"] = np.nan
+    with _gc_paused():
+        raw = run_layout(layout, arrival, prompt, output, profile, config or LayoutConfig())
+    tok = token_stats(raw.first_s, raw.times_s, raw.run_owner, raw.run_start, raw.run_count)
+    req = per_request(arrival, raw.first_s, tok.last_s, output)
+    req["tbt_max_s"] = np.where(output > 1, tok.tbt_max_s, np.nan)
     req.loc[~req["ok"], ["ttft_s", "e2e_s", "tbt_mean_s", "tbt_max_s"]] = np.nan
+    # A request's gaps add up to its last minus first token: a total independent of the order
+    # the gaps are pooled in, so the macro-step and single-step runs agree bit for bit.
+    span = tok.last_s - raw.first_s
+    total_s = float(np.sum(span[np.isfinite(span)]))
+    tbt = tbt_summary(tok.gap_s, tok.gap_count, total_s)
     req.insert(0, "request_idx", wl.index.to_numpy())
     req["prompt_tokens"] = prompt
-    summary = aggregate(req, gaps[np.isfinite(gaps)], slo, DEVICES[layout])
+    summary = summarize(req, tbt, slo, DEVICES[layout])
     summary.update(raw.stats)
     summary["layout"] = layout
     summary["confidence"] = _confidence(profile, layout, raw.stats)
     return SimResult(layout, req, summary)
+
+
+@contextmanager
+def _gc_paused():
+    # A run allocates millions of small objects that form no cycles (token lists, events,
+    # step times); the cycle collector would rescan the growing heap for nothing (~5-10%).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _confidence(profile: Profile, layout: str, stats: dict) -> dict:

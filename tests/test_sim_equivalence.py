@@ -1,0 +1,137 @@
+"""The simulator's fast paths give the same per-request results as the unoptimized baseline.
+
+Two baselines, for every layout, with preemptions (a small KV cache), with prefill-first and
+with chunked prefill (a decode budget smaller than the batch, so some decodes wait a step):
+- the same run with macro-steps disabled: every step through Scheduler.schedule() and
+  postprocess(), exactly as the reference server drives it; results must be identical;
+- golden numbers recorded with the simulator as it was before its speed work (2026-11-29,
+  tests/fixtures/sim_golden.json); equal to 1e-9 relative (step times were summed in a
+  different order then). Regenerate only for an intended change of results:
+  `.venv/bin/python tests/test_sim_equivalence.py --regen`.
+"""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuprobe.engine.scheduler import Scheduler, SchedulerConfig
+from gpuprobe.perf import sim_engine
+from gpuprobe.perf.costmodel import Link, Overhead, Profile, simple_worker
+from gpuprobe.perf.sim_layouts import LayoutConfig
+from gpuprobe.perf.simulator import simulate
+
+GOLDEN = Path(__file__).parent / "fixtures" / "sim_golden.json"
+COLUMNS = ("ttft_s", "e2e_s", "tbt_max_s")  # tbt_mean_s follows from ttft_s and e2e_s
+SUMMARY = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p90_s", "tbt_p99_s", "tbt_mean_s",
+           "throughput_tok_s", "slo_attainment", "num_completed")
+CASES = {
+    "prefill_first": LayoutConfig(
+        mixed=SchedulerConfig(num_blocks=600, max_num_seqs=16),
+        prefill=SchedulerConfig(role="prefill", num_blocks=600),
+        decode=SchedulerConfig(role="decode", num_blocks=600, max_num_seqs=16)),
+    "chunked": LayoutConfig(
+        mixed=SchedulerConfig(num_blocks=500, max_num_seqs=32, chunked_prefill_tokens=96),
+        prefill=SchedulerConfig(role="prefill", num_blocks=600, chunked_prefill_tokens=128),
+        decode=SchedulerConfig(role="decode", num_blocks=500, max_num_seqs=32,
+                               chunked_prefill_tokens=24)),
+}
+LAYOUTS = ("monolithic", "intra", "cross")
+
+
+def _profile() -> Profile:
+    w = simple_worker(0.01, 1e-4, 1e-8, 0.005, 1e-3, 1e-6)
+    return Profile(workers={"monolithic": w, "intra.prefill": w, "intra.decode": w,
+                            "cross.prefill": w, "cross.decode": w},
+                   links={"intra": Link(0.0, 1e12), "cross": Link(0.002, 1e9)},
+                   overhead=Overhead(request_in_s=0.003, token_out_s=0.001),
+                   kv_bytes_per_token=1000)
+
+
+def _trace(n: int = 300, seed: int = 11) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(0.04, n)),
+                         "prompt_tokens": rng.integers(1, 700, n),
+                         "output_tokens": rng.integers(1, 160, n)})
+
+
+def _run(case: str, layout: str):
+    return simulate(_trace(), _profile(), layout, config=CASES[case])
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict:
+    return json.loads(GOLDEN.read_text())
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fast_path_equals_single_steps_exactly(case, layout, monkeypatch):
+    fast = _run(case, layout)
+    key = "monolithic" if layout == "monolithic" else "decode"
+    assert fast.summary[f"{key}_macro_steps"] > 0
+    monkeypatch.setattr(sim_engine, "MIN_MACRO_STEPS", 10 ** 9)
+    slow = _run(case, layout)
+    assert slow.summary[f"{key}_macro_steps"] == 0
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    for k in SUMMARY:
+        assert fast.summary[k] == slow.summary[k] or (np.isnan(fast.summary[k])
+                                                    and np.isnan(slow.summary[k])), k
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_results_equal_the_recorded_baseline(case, layout, golden):
+    want = golden[f"{case}/{layout}"]
+    got = _run(case, layout)
+    for col in COLUMNS:
+        np.testing.assert_allclose(got.requests[col].to_numpy(),
+                                   np.array(want[col], dtype=float), rtol=1e-9, err_msg=col)
+    for k in SUMMARY:
+        assert got.summary[k] == pytest.approx(want["summary"][k], rel=1e-9, nan_ok=True), k
+
+
+def test_the_cases_exercise_preemption_and_partial_decode_steps(monkeypatch):
+    # Without these the equivalence above would not cover the scheduler's hard paths.
+    counts = {"preempt": 0, "partial": 0}
+    preempt, decodes = Scheduler._preempt, Scheduler._schedule_decodes
+
+    def counting_preempt(self, seq):
+        counts["preempt"] += 1
+        preempt(self, seq)
+
+    def counting_decodes(self, max_seqs):
+        decode, preempted = decodes(self, max_seqs)
+        counts["partial"] += len(decode) == max_seqs < sum(s.is_prefill_done for s in self.running)
+        return decode, preempted
+    monkeypatch.setattr(Scheduler, "_preempt", counting_preempt)
+    monkeypatch.setattr(Scheduler, "_schedule_decodes", counting_decodes)
+    monkeypatch.setattr(sim_engine, "MIN_MACRO_STEPS", 10 ** 9)
+    for case in CASES:
+        for layout in LAYOUTS:
+            _run(case, layout)
+    assert counts["preempt"] > 0 and counts["partial"] > 0
+
+
+def _short(v) -> float:
+    return float(f"{v:.13g}")  # 13 digits: plenty for rtol 1e-9, half the file
+
+
+def _regen() -> None:
+    out = {}
+    for case in CASES:
+        for layout in LAYOUTS:
+            res = _run(case, layout)
+            rec = {c: [None if np.isnan(v) else _short(v) for v in res.requests[c]]
+                   for c in COLUMNS}
+            rec["summary"] = {k: _short(res.summary[k]) for k in SUMMARY}
+            out[f"{case}/{layout}"] = rec
+    GOLDEN.write_text(json.dumps(out, separators=(",", ":")) + "\n")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--regen"]:
+        sys.exit("usage: test_sim_equivalence.py --regen")
+    _regen()
