@@ -45,9 +45,11 @@ class Batch:
     num_decode_ctx_tokens: int = field(init=False)  # KV positions the decodes attend over
 
     def __post_init__(self) -> None:
-        self.num_prefill_tokens = sum([c.num_tokens for c in self.prefill])
-        decode = self.decode
-        self.num_decode_ctx_tokens = sum([s.num_computed_tokens for s in decode]) + len(decode)
+        # Most steps are prefill-only or decode-only: skip the empty side's list.
+        prefill, decode = self.prefill, self.decode
+        self.num_prefill_tokens = sum([c.num_tokens for c in prefill]) if prefill else 0
+        self.num_decode_ctx_tokens = (sum([s.num_computed_tokens for s in decode]) + len(decode)
+                                      if decode else 0)
 
     @property
     def num_tokens(self) -> int:

@@ -20,14 +20,19 @@ class BlockManager:
         self.block_size = block_size
         # A stack: freed blocks are reused first, which keeps the touched KV memory small.
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        # Set while a Scheduler's lazy decode run owes blocks (decode_run.LazyRun): reading
+        # the counts first takes them, so readers see what single steps would have left.
+        self.settle_hook = None
 
     @property
     def num_free_blocks(self) -> int:
+        if self.settle_hook is not None:
+            self.settle_hook()
         return len(self._free)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self.num_free_blocks
 
     @property
     def usage(self) -> float:
@@ -55,8 +60,10 @@ class BlockManager:
         if n > len(free):
             raise RuntimeError(f"{seq.seq_id}: needs {n} KV blocks, {len(free)} free")
         # The ids, in the order, that n pops off the top of the stack would give.
-        seq.block_table += free[-n:][::-1]
+        taken = free[-n:]
         del free[-n:]
+        taken.reverse()
+        seq.block_table += taken
 
     def can_append(self, seq: Sequence) -> bool:
         """Whether a decode step (one more KV position) fits."""

@@ -1,14 +1,24 @@
-"""Runs of identical decode steps, planned and applied in one pass each (no per-step work).
+"""Runs of identical decode steps, taken lazily: nothing per step, O(log B) per finish.
 
 When every running sequence is decoding and nothing else can happen (nothing waiting, no
 prompt part-way, the sampled token stops no one, enough free KV blocks), the next steps are
 the same batch over and over, each sequence one position further. The simulator advances
-such a run with Scheduler.uniform_decode_steps() / advance_decodes(), built on these two
-functions; the reference server never needs them. The block counts match k single steps
-exactly; which free block ids a sequence gets can differ (nothing reads them in a run).
+such a run with Scheduler.uniform_decode_steps() / advance_decodes(); the reference server
+never calls them, so none of this is ever active there.
+
+Lazy: the running sequences that joined the run (a prefix of Scheduler.running; newcomers are
+appended) owe the steps taken since they joined or were last settled: one global step count,
+a base step per sequence, a heap of finish steps. advance() only moves the count and settles
+the sequences that finish. Owing sequences have class Owing, whose counters, token list and
+block table settle the sequence before any read or write, and the BlockManager's free counts
+settle every member first; so whatever reads state through the public API sees what single
+steps would have left. The block counts match single steps exactly; which free block ids a
+sequence gets can differ (nothing reads them in a run). A member's params are read once, when
+it joins.
 """
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING
 
 from gpuprobe.engine.sequence import Sequence
@@ -16,80 +26,225 @@ from gpuprobe.engine.sequence import Sequence
 if TYPE_CHECKING:
     from gpuprobe.engine.scheduler import Scheduler
 
-NEVER = 1 << 62
+
+class Owing(Sequence):
+    """A running Sequence that may owe decode steps to its Scheduler's LazyRun (seq._lazy)."""
+
+    __slots__ = ()
 
 
-class DecodeRun:
-    """A Scheduler's pending run: what plan() allowed, and what advance() found for the next
-    plan (so a run that ends on a finish needs no second pass). drop() on any other change."""
+def _settling(name: str) -> property:
+    slot = Sequence.__dict__[name]  # the base class's slot descriptor
 
-    def __init__(self) -> None:
-        self.allowed: tuple[int, int] | None = None     # (k, token_id)
-        self.next: tuple[int, int, int] | None = None   # (k before fit_blocks, ctx, token_id)
+    def get(seq):
+        seq._lazy.settle(seq)
+        return slot.__get__(seq)
+
+    def set_(seq, value):
+        seq._lazy.settle(seq)
+        slot.__set__(seq, value)
+    return property(get, set_)
+
+
+for _name in ("num_tokens", "num_computed_tokens", "block_table", "_completion"):
+    setattr(Owing, _name, _settling(_name))
+
+
+class Pending(Sequence):
+    """A Sequence that left a run with its last seq._lazy_base completion tokens (each
+    seq._lazy) not yet in its token list: the list is filled on first use. A simulated
+    request's tokens are never read, and 4 M of them per hour of trace cost ~10% to build."""
+
+    __slots__ = ()
+
+
+def _fill(seq):
+    seq.__class__ = Sequence
+    seq._completion += [seq._lazy] * seq._lazy_base
+    seq._lazy = None
+    return seq._completion
+
+
+def _replace(seq, value):
+    seq.__class__ = Sequence
+    seq._lazy = None
+    seq._completion = value
+
+
+Pending._completion = property(_fill, _replace)
+
+
+class LazyRun:
+    """A Scheduler's lazy decode run: see the module docstring. allowed: what the last plan()
+    allowed advance() to take, (k, token_id), dropped by anything else the scheduler does."""
+
+    def __init__(self, sched: Scheduler):
+        self.sched = sched
+        cfg = sched.config  # frozen: read once, plan() runs at every simulated event
+        self.max_seqs = 0 if cfg.role == "prefill" else cfg.max_decode_seqs
+        self.block_size = cfg.block_size
+        self.allowed: tuple[int, int] | None = None
+        self.token_id: int | None = None  # what every owed step sampled
+        self.members = 0     # sched.running[:members] joined the run
+        self.step = 0        # steps taken lazily so far (a member owes step - its base)
+        self.sum_base = 0    # of the members' base steps
+        self.sum_done = 0    # of the members' num_computed_tokens as last settled
+        self.finishes: list[tuple[int, int, Sequence]] = []  # (finish step, order, seq)
+        self.order = 0
 
     def drop(self) -> None:
-        self.allowed = self.next = None
+        self.allowed = None
 
-    def plan(self, sched: Scheduler, token_id: int) -> tuple[int, int]:
-        nxt, self.next = self.next, None
-        if nxt is not None and nxt[2] == token_id and sched.running:
-            k, ctx = fit_blocks(sched, nxt[0]), nxt[1]
-        else:
-            k, ctx = plan(sched, token_id)
-        self.allowed = (k, token_id) if k else None
-        return k, ctx
+    def owed_blocks_bound(self) -> int:
+        """At least the KV blocks the members still owe: owing o steps takes at most
+        ceil(o / size) <= (o + size - 1) / size of them."""
+        size = self.block_size
+        B = self.members
+        return (B * self.step - self.sum_base + B * (size - 1)) // size if B else 0
 
-    def advance(self, sched: Scheduler, k: int, token_id: int) -> list[Sequence]:
+    def fits(self, num_blocks: int) -> bool:
+        """Whether num_blocks more are free once the members take what they owe: a bound
+        first (no settling), exactly (settling the run) when the bound says no."""
+        free = self.sched.block_manager._free
+        if num_blocks <= len(free) - (self.owed_blocks_bound() if self.members else 0):
+            return True
+        self.settle_all()
+        return num_blocks <= len(free)
+
+    def plan(self, token_id: int) -> tuple[int, int]:
+        """(k, ctx_tokens) of Scheduler.uniform_decode_steps()."""
+        self.allowed = None
+        sched = self.sched
+        running = sched.running
+        B = len(running)
+        if not B or B > self.max_seqs or sched.waiting:
+            return 0, 0
+        if token_id != self.token_id:
+            self.settle_all()
+            self.token_id = token_id
+        if self.members < B and not self._join(running[self.members:]):
+            return 0, 0
+        step, size = self.step, self.block_size
+        k = self.finishes[0][0] - step
+        # Each member needs at most ceil(k / size) new blocks over k steps (owed_blocks_bound
+        # inlined: this runs at every simulated event).
+        if B * -(-k // size) > (len(sched.block_manager._free)
+                                - (B * step - self.sum_base + B * (size - 1)) // size):
+            k = self._fit_blocks(k)
+            if not k:
+                return 0, 0
+        self.allowed = (k, token_id)
+        return k, B + self.sum_done + B * step - self.sum_base
+
+    def advance(self, k: int, token_id: int) -> list[Sequence]:
+        """Take k planned steps; returns the members that finish on the k-th (join order,
+        which is running order), settled and no longer members."""
         allowed, self.allowed = self.allowed, None
         if allowed is None or allowed[1] != token_id or not 1 <= k <= allowed[0]:
             raise ValueError(f"advance_decodes({k}, {token_id}) wants a step count that "
                              f"uniform_decode_steps({token_id}) just allowed, got {allowed}")
-        finished, k_next, ctx = advance(sched, k, token_id)
-        self.next = (k_next, ctx, token_id)
+        self.step += k
+        heap, finished = self.finishes, []
+        while heap and heap[0][0] <= self.step:
+            seq = heapq.heappop(heap)[2]
+            self._leave(seq)
+            finished.append(seq)
         return finished
 
+    def _join(self, newcomers: list[Sequence]) -> bool:
+        """Make newcomers members, in order, while each is decoding and runs at least a step."""
+        eos = self.token_id == self.sched.config.eos_token_id
+        step, token_id = self.step, self.token_id
+        self.sched.block_manager.settle_hook = self.settle_all
+        for s in newcomers:
+            n, done, p = s.num_tokens, s.num_computed_tokens, s.params
+            if done < n - 1 or n == s.num_prompt_tokens:
+                return False  # a prompt still prefilling
+            if token_id in p.stop_token_ids or (eos and not p.ignore_eos):
+                return False  # it would stop after one step: let postprocess() decide
+            left = p.max_tokens - n + s.num_prompt_tokens
+            if left <= 0:
+                return False  # already past max_tokens: not for us to judge
+            if s.__class__ is not Sequence:
+                if s.__class__ is not Pending:
+                    return False  # a caller's own subclass: its class is not ours to swap
+                _fill(s)  # its tokens from an earlier run
+            heapq.heappush(self.finishes, (step + left, self.order, s))
+            self.order += 1
+            s._lazy, s._lazy_base = self, step
+            s.__class__ = Owing
+            self.sum_done += done
+            self.sum_base += step
+            self.members += 1
+        return True
 
-def plan(sched: Scheduler, token_id: int) -> tuple[int, int]:
-    """(k, ctx_tokens): how many next steps are that same all-decode batch, and the KV
-    positions its first step attends. k is 0 when the next step is not such a step; the k-th
-    step is the first one that finishes a sequence (by length), if any does."""
-    running, cfg = sched.running, sched.config
-    B = len(running)
-    if not B or sched.waiting or cfg.role == "prefill" or B > cfg.max_decode_seqs:
-        return 0, 0
-    eos = token_id == cfg.eos_token_id
-    k, ctx = NEVER, B
-    # Inlined Sequence properties: this loop runs once per simulated arrival and finish.
-    for s in running:
-        n, done, p = s.num_tokens, s.num_computed_tokens, s.params
-        if done < n - 1 or n == s.num_prompt_tokens:
-            return 0, 0  # a prompt still prefilling
-        if token_id in p.stop_token_ids or (eos and not p.ignore_eos):
-            return 0, 0  # it would stop after one step: let postprocess() decide
-        left = p.max_tokens - n + s.num_prompt_tokens
-        if left < k:
-            k = left
-        ctx += done
-    if k <= 0:
-        return 0, 0  # a sequence already past max_tokens: not for us to judge
-    return fit_blocks(sched, k), ctx
+    def _fit_blocks(self, k: int) -> int:
+        """The longest run, up to k steps, whose new KV blocks are free: no preemption. For
+        when the bound in plan() does not prove k steps fit."""
+        bm = self.sched.block_manager
+        self.settle_all()  # tight: count exactly, then join again (nothing owed)
+        running = self.sched.running
+        lo, hi = 0, k  # blocks_needed grows with k
+        if len(running) * -(-k // self.block_size) <= len(bm._free):
+            lo = k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if blocks_needed(running, mid, bm.block_size) <= len(bm._free):
+                lo = mid
+            else:
+                hi = mid - 1
+        self._join(running)
+        return lo
 
+    def settle(self, seq: Sequence) -> None:
+        """Apply the steps seq owes; it stays a member."""
+        owed = self.step - seq._lazy_base
+        if owed:
+            seq.__class__ = Sequence
+            _apply(seq, owed, self.sched.block_manager)
+            seq._completion += [self.token_id] * owed
+            seq.__class__ = Owing
+            seq._lazy_base = self.step
+            self.sum_base += owed
+            self.sum_done += owed
 
-def fit_blocks(sched: Scheduler, k: int) -> int:
-    """The longest run, up to k steps, whose new KV blocks are free: no preemption in it."""
-    running, bm = sched.running, sched.block_manager
-    free = bm.num_free_blocks
-    # Each sequence needs at most ceil(k / block_size) new blocks over k steps.
-    if len(running) * -(-k // bm.block_size) <= free:
-        return k
-    lo, hi = 0, k  # blocks_needed grows with k
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if blocks_needed(running, mid, bm.block_size) <= free:
-            lo = mid
+    def _leave(self, seq: Sequence) -> None:
+        base = seq._lazy_base
+        owed = self.step - base
+        seq.__class__ = Sequence
+        self.sum_base -= base
+        self.sum_done -= seq.num_computed_tokens
+        self.members -= 1
+        if owed:
+            _apply(seq, owed, self.sched.block_manager)
+            seq._lazy, seq._lazy_base = self.token_id, owed
+            seq.__class__ = Pending
         else:
-            hi = mid - 1
-    return lo
+            seq._lazy = None
+
+    def settle_all(self) -> None:
+        """Settle every member and end the run (the scheduler is about to read them all)."""
+        if not self.members:
+            return
+        for s in self.sched.running[:self.members]:
+            self._leave(s)
+        self.finishes, self.sum_base, self.sum_done, self.allowed = [], 0, 0, None
+        self.sched.block_manager.settle_hook = None
+
+
+def _apply(s: Sequence, k: int, bm) -> None:
+    """What k decode steps do to a plain Sequence, its token list aside: KV progress, token
+    count and the blocks k may_append() calls take (ids off the free stack as allocate()
+    takes them)."""
+    done = s.num_computed_tokens = s.num_computed_tokens + k
+    s.num_tokens += k
+    table, free = s.block_table, bm._free
+    grow = -(-done // bm.block_size) - len(table)
+    if grow == 1:
+        table.append(free.pop())
+    elif grow > 0:
+        table += free[-grow:][::-1]
+        del free[-grow:]
 
 
 def blocks_needed(running: list[Sequence], k: int, block_size: int) -> int:
@@ -100,39 +255,3 @@ def blocks_needed(running: list[Sequence], k: int, block_size: int) -> int:
         if n > 0:
             need += n
     return need
-
-
-def advance(sched: Scheduler, k: int, token_id: int) -> tuple[list[Sequence], int, int]:
-    """Apply k planned steps: KV progress, tokens, blocks. Returns the sequences that reach
-    max_tokens on the k-th step (in running order, still in sched.running) and, for the
-    others, what plan() would say next before fit_blocks(): (finished, k_next, ctx_next).
-
-    One loop that writes Sequence and BlockManager fields directly (both of this package):
-    it runs for every running sequence at every simulated arrival and finish.
-    """
-    bm = sched.block_manager
-    size, free = bm.block_size, bm._free
-    tokens = [token_id] * k
-    finished = []
-    k_next, ctx = NEVER, 0
-    for s in sched.running:
-        done = s.num_computed_tokens = s.num_computed_tokens + k
-        s._completion += tokens
-        n = s.num_tokens = s.num_tokens + k
-        table = s.block_table
-        # The blocks k may_append() calls take; the ids come off the free stack in sequence
-        # order rather than step order (nothing in a run reads them). plan() checked the count.
-        grow = -(-done // size) - len(table)
-        if grow == 1:
-            table.append(free.pop())
-        elif grow > 0:
-            table += free[-grow:][::-1]  # as BlockManager.allocate() takes them
-            del free[-grow:]
-        left = s.params.max_tokens - n + s.num_prompt_tokens
-        if left <= 0:
-            finished.append(s)
-            continue
-        if left < k_next:
-            k_next = left
-        ctx += done + 1
-    return finished, k_next, ctx

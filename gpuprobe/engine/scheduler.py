@@ -30,7 +30,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: newest last, preempted first
         self._prefilled: list[Sequence] = []  # role='prefill': done, blocks still held
-        self._decode_run = decode_run.DecodeRun()  # dropped by whatever else changes seqs
+        self._decode_run = decode_run.LazyRun(self)  # only ever used by the simulator
 
     @property
     def num_waiting(self) -> int:
@@ -49,7 +49,7 @@ class Scheduler:
         if self.config.role == "decode":
             raise ValueError("a decode-role scheduler takes sequences through add_prefilled()")
         self._check_fits(seq)
-        self._decode_run.drop()
+        self._decode_run.allowed = None  # drop(), inlined: once per simulated request
         seq.status = SeqStatus.WAITING
         self.waiting.append(seq)
 
@@ -68,7 +68,7 @@ class Scheduler:
         self._check_fits(seq)
         # Recomputing preempted sequences comes before taking new ones.
         if (self.waiting or len(self.running) >= self.config.max_num_seqs
-                or not self.block_manager.can_allocate(seq, 1)):
+                or not self._can_allocate(seq, 1)):
             return False
         self._decode_run.drop()
         self.block_manager.allocate(seq, 0)
@@ -78,7 +78,7 @@ class Scheduler:
 
     def abort(self, seq_id: str) -> bool:
         """Drop a request wherever it is and free its blocks. Returns whether it was found."""
-        self._decode_run.drop()
+        self._decode_run.settle_all()
         for queue in (self.waiting, self.running, self._prefilled):
             for seq in queue:
                 if seq.seq_id == seq_id:
@@ -102,6 +102,7 @@ class Scheduler:
     def schedule(self) -> Batch:
         self._decode_run.drop()
         if self.config.chunked_prefill_tokens is None:
+            # A lazy decode run is settled only if this step decodes (_can_allocate aside).
             return self._schedule_prefill_first()
         return self._schedule_chunked(self.config.chunked_prefill_tokens)
 
@@ -132,27 +133,28 @@ class Scheduler:
         first attends ctx_tokens KV positions, each later one len(running) more. k = 0 when
         the next step is not such a step. A finish (by length) ends the run on its k-th step.
         """
-        return self._decode_run.plan(self, token_id)
+        return self._decode_run.plan(token_id)
 
     def advance_decodes(self, num_steps: int, token_id: int) -> list[Sequence]:
         """Do what num_steps rounds of schedule() and postprocess() would do, right after
         uniform_decode_steps(token_id) said k >= num_steps. Returns the sequences that finished
         (on the last step; retired like postprocess() retires them). No TokenEvents."""
-        finished = self._decode_run.advance(self, num_steps, token_id)
-        if finished:
-            self.running[:] = [s for s in self.running if s not in finished]
-            for seq in finished:
-                self._retire(seq, "length")
+        finished = self._decode_run.advance(num_steps, token_id)
+        for seq in finished:  # usually none or one
+            self.running.remove(seq)
+            self._retire(seq, "length")
         return finished
 
     def _schedule_prefill_first(self) -> Batch:
         prefill = self._admit(self.config.max_num_batched_tokens, whole=True)
         if prefill or self.config.role == "prefill":
             return Batch(prefill=prefill)
+        self._decode_run.settle_all()
         decode, preempted = self._schedule_decodes(self.config.max_num_seqs)
         return Batch(decode=decode, preempted=preempted)
 
     def _schedule_chunked(self, budget: int) -> Batch:
+        self._decode_run.settle_all()
         decode, preempted = [], []
         if self.config.role != "prefill":
             decode, preempted = self._schedule_decodes(min(self.config.max_num_seqs, budget))
@@ -183,7 +185,7 @@ class Scheduler:
             n = remaining if whole else min(remaining, budget)
             if whole and chunks and n > budget:
                 break
-            if not self.block_manager.can_allocate(seq, remaining):
+            if not self._can_allocate(seq, remaining):
                 break
             self.block_manager.allocate(seq, remaining)
             self.waiting.popleft()
@@ -257,12 +259,18 @@ class Scheduler:
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = reason
 
+    def _can_allocate(self, seq: Sequence, num_tokens: int) -> bool:
+        """BlockManager.can_allocate(), counting the blocks a lazy decode run still owes."""
+        bm, run = self.block_manager, self._decode_run
+        need = bm.num_new_blocks(seq, num_tokens)
+        return need <= len(bm._free) if not run.members else run.fits(need)
+
     def _check_fits(self, seq: Sequence) -> None:
         # The longest KV a request can need: the last sampled token never gets KV.
         max_positions = seq.num_prompt_tokens + seq.params.max_tokens - 1
         if self.config.role == "prefill":
             max_positions = seq.num_tokens
-        need = self.block_manager.num_blocks_for(max_positions)
+        need = -(-max_positions // self.config.block_size)  # num_blocks_for(), inlined
         if need > self.config.num_blocks:
             raise ValueError(f"{seq.seq_id}: needs up to {need} KV blocks "
                              f"({max_positions} tokens), the cache has {self.config.num_blocks}")

@@ -59,10 +59,43 @@ def tbt_summary(gaps_s: np.ndarray, counts: np.ndarray | None = None,
     n = int(counts.sum()) if counts is not None else len(gaps_s)
     if n == 0:
         return {k: float("nan") for k in ("tbt_p50_s", "tbt_p90_s", "tbt_p99_s", "tbt_mean_s")}
-    pooled = gaps_s if counts is None else np.repeat(gaps_s, counts)
-    p50, p90, p99 = np.percentile(pooled, [50, 90, 99])
-    mean = total_s / n if total_s is not None else np.mean(pooled)
+    if counts is None:
+        p50, p90, p99 = np.percentile(gaps_s, [50, 90, 99])
+        mean = total_s / n if total_s is not None else np.mean(gaps_s)
+    else:
+        p50, p90, p99 = (pooled_percentile(gaps_s, counts, n, p) for p in (50, 90, 99))
+        mean = total_s / n if total_s is not None else float(np.dot(gaps_s, counts) / n)
     return {"tbt_p50_s": p50, "tbt_p90_s": p90, "tbt_p99_s": p99, "tbt_mean_s": float(mean)}
+
+
+def pooled_percentile(values: np.ndarray, counts: np.ndarray, n: int, pct: float) -> float:
+    """np.percentile(np.repeat(values, counts), pct) (linear method, its formulas) without
+    the repeat (4 M gaps per hour of trace): the two order statistics come from sorting only
+    the values in a bracket that a sample proposes and the counts prove. n: counts.sum()."""
+    h = (n - 1) * (pct / 100)
+    r = int(h)
+    t = h - r
+    a = b = values
+    if len(values) > 8192:
+        sample = values[:: len(values) // 2048]
+        order = np.argsort(sample, kind="stable")
+        cum = np.cumsum(counts[:: len(values) // 2048][order])
+        i = int(np.searchsorted(cum, r / n * cum[-1], side="right"))
+        lo = sample[order[i - 64]] if i >= 64 else -np.inf
+        hi = sample[order[i + 64]] if i + 64 < len(order) else np.inf
+        below = int(np.sum(counts, where=values < lo))
+        inside = (values >= lo) & (values <= hi)
+        if below <= r and min(r + 1, n - 1) < below + int(np.sum(counts, where=inside)):
+            a, b, r = values[inside], counts[inside], r - below
+        else:
+            a, b = values, counts  # the sample misled: sort everything
+    else:
+        b = counts
+    order = np.argsort(a, kind="stable")
+    cum = np.cumsum(b[order])
+    x0, x1 = a[order[np.searchsorted(cum, [r, r + 1], side="right").clip(max=len(a) - 1)]]
+    d = x1 - x0
+    return float(x0 + d * t if t < 0.5 else x1 - d * (1 - t))
 
 
 def summarize(req: pd.DataFrame, tbt: dict, slo: Slo, devices: int = 1) -> dict:

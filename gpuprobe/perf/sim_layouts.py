@@ -8,6 +8,7 @@ the prefill worker is simulated first and its output times become the decode wor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -51,16 +52,12 @@ class RawTimes:
 def _sequences(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> list[Sequence]:
     # ignore_eos: the trace says how many tokens each request produced. range(p) is a prompt
     # nobody reads the ids of (Sequence keeps it as is); one SamplingParams per length.
-    params: dict[int, SamplingParams] = {}
-    seqs = []
+    # Built with map(): no Python-level loop per request.
     prompts = np.maximum(np.asarray(prompt_tokens).astype(np.int64), 1).tolist()
     outputs = np.maximum(np.asarray(output_tokens).astype(np.int64), 1).tolist()
-    for i, p, o in zip(range(len(prompts)), prompts, outputs):
-        sp = params.get(o)
-        if sp is None:
-            sp = params[o] = SamplingParams(max_tokens=o, ignore_eos=True)
-        seqs.append(Sequence(str(i), range(p), sp))
-    return seqs
+    params = {o: SamplingParams(max_tokens=o, ignore_eos=True) for o in set(outputs)}
+    return list(map(Sequence, map(str, range(len(prompts))), map(range, prompts),
+                    map(params.__getitem__, outputs)))
 
 
 def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
@@ -84,7 +81,7 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         lat, bw = link.latency_s, link.bytes_per_s
         # Link.seconds(), inlined: once per request.
         handed = [(t + (lat + kvb * s.num_computed_tokens / bw), s) for t, s in pre.prefilled]
-        handed.sort(key=lambda x: x[0])
+        handed.sort(key=itemgetter(0))
         dec = SimEngine(config.decode, profile.worker(layout, "decode"))
         dec.run(handed)
         first_eng = pre
@@ -96,7 +93,7 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     first += ovh.token_out_s
     rejected = _ints({s.seq_id for e in {first_eng, dec} for s in e.rejected})
     first[rejected] = np.nan
-    ends = np.asarray(dec.ends, dtype=float)
+    ends = np.frombuffer(dec.ends, dtype=float) if len(dec.ends) else np.zeros(0)
     times = np.concatenate([ends, ends[_uniform_steps(dec)]]) + ovh.token_out_s
     owner = _ints(dec.run_ids)
     starts = np.asarray(dec.run_starts, dtype=np.int64)
@@ -117,8 +114,7 @@ def _uniform_steps(eng: SimEngine) -> np.ndarray:
 
 def _ints(seq_ids) -> np.ndarray:
     """Request indices from the simulator's seq_ids (str(index))."""
-    return np.array(list(seq_ids), dtype=str).astype(np.int64) if len(seq_ids) else \
-        np.zeros(0, dtype=np.int64)
+    return np.fromiter(map(int, seq_ids), np.int64, len(seq_ids))
 
 
 def _stats(eng: SimEngine, name: str) -> dict:
