@@ -59,3 +59,20 @@ def test_profile_json_round_trip_and_confidence():
     assert any("link not measured" in r for r in conf["reasons"])
     # Derived intra workers run slower than the whole device.
     assert q.worker("intra", "decode").step_fn()(0, 0, 2, 10) > p.worker("monolithic", "mixed").step_fn()(0, 0, 2, 10)
+
+
+def test_front_cpu_is_solved_from_two_phases_and_stretches_steps():
+    from gpuprobe.perf.contention import FrontCpu, fit_front_cpu, stretched
+    # prefill sweep: 19 requests, 19 tokens; decode sweep: 100 requests, 2400 tokens
+    r, k = 0.004, 8e-5
+    f = fit_front_cpu([(19, 19, 19 * r + 19 * k), (100, 2400, 100 * r + 2400 * k)])
+    assert (f.cpu_per_request_s, f.cpu_per_token_s) == pytest.approx((r, k), rel=1e-6)
+    assert f.stretch(0.0, 20, 2) == 1.0
+    # 50 req/s of 20 tokens: 0.28 cores of front and client over 2 cores -> 1 / (1 - 0.14)
+    assert f.stretch(50.0, 20, 2) == pytest.approx(1 / (1 - 0.14))
+    assert f.stretch(1e6, 20, 2) == pytest.approx(10.0)  # saturated: capped, not negative
+    assert FrontCpu().stretch(50.0, 20, 2) == 1.0
+    p = Profile(workers={"monolithic": simple_worker(0.001, 1e-5, 0, 0.002, 1e-4, 0)})
+    s = stretched(p, 2.0)
+    assert s.workers["monolithic"].step_fn()(0, 0, 4, 0) == pytest.approx(
+        2 * p.workers["monolithic"].step_fn()(0, 0, 4, 0))

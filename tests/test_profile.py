@@ -89,3 +89,31 @@ def test_live_profile_of_tiny_server(tmp_path):
     w = p.workers["monolithic"]
     assert w.prefill.n_points == 5 and w.decode.n_points == 3
     assert 0 < w.step_fn()(256, 256 ** 2, 0, 0) < 5.0
+
+
+def test_batched_prefills_and_per_token_gaps_are_fitted():
+    """Steps with k equal prompts cost a + b*T + c*T^2/k + e*k; each token out adds g to the
+    gap after its step, which ends up in the per-sequence decode cost (d1) and per prompt (e)."""
+    import pandas as pd
+    a, b, c, e, d0, d1, d2, g0, g = 0.002, 1e-5, 2e-9, 4e-4, 0.001, 2e-4, 1e-6, 3e-4, 5e-5
+    rows, t = [], 0.0
+
+    def add(T, k, B, C, d):
+        nonlocal t
+        rows.append(dict(layout="monolithic", role="mixed", start_s=t, duration_s=d,
+                         num_prefill_tokens=T, num_prefill_seqs=k, num_decode_seqs=B,
+                         num_decode_ctx_tokens=C))
+        t += d + g0 + g * (B + (k if T else 0))
+    for n in (16, 32, 64, 128, 256, 512):
+        for k in (1, 2, 4):
+            add(n * k, k, 0, 0, a + b * n * k + c * (n * k) ** 2 / k + e * k)
+    for B in (1, 2, 4, 8, 16, 32):
+        for L in (40, 300):
+            add(0, 0, B, B * L, d0 + d1 * B + d2 * B * L)
+    w = fit_worker(pd.DataFrame(rows), "m")
+    assert w.step_overhead_s == pytest.approx(g0, rel=1e-3)
+    assert w.prefill.coef == pytest.approx((a, b, c, e + g), rel=1e-3)
+    # the simulator's view of a step of 4 prompts of 64 tokens: T=256, Q=4*64^2
+    step = w.step_fn()(256, 4 * 64 ** 2, 0, 0) - w.step_overhead_s
+    assert step == pytest.approx(a + b * 256 + c * 4 * 64 ** 2 + 4 * (e + g), rel=1e-3)
+    assert w.decode.coef == pytest.approx((d0, d1 + g, d2), rel=1e-3)

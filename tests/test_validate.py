@@ -10,17 +10,17 @@ pytest.importorskip("gpuprobe.workloads.replay", reason="replay not available")
 
 @pytest.mark.timeout(150)
 def test_short_validate_run_has_the_documented_shape():
+    import pandas as pd
+
     from gpuprobe.perf.metrics import Slo
     from gpuprobe.perf.validate import COMPARED, ValidateOptions, run_validate
-
-    import pandas as pd
     from gpuprobe.workloads.loading import bundled_trace
     raw = pd.read_csv(bundled_trace("azure-conv"), nrows=40)
     ts = pd.to_datetime(raw["TIMESTAMP"])
     wl = pd.DataFrame({"arrival_s": (ts - ts.iloc[0]).dt.total_seconds(),
                        "prompt_tokens": raw["ContextTokens"], "output_tokens": raw["GeneratedTokens"]})
     opts = ValidateOptions(layouts=("monolithic", "intra"), limit=16, token_scale=0.05,
-                           slo=Slo(1.0, 0.1),
+                           slo=Slo(1.0, 0.1), time_budget_s=1.0, quiet_wait_s=0.0,  # no waits
                            calibration=(("prefill_sizes", (16, 32, 64, 128, 256)), ("reps", 1),
                                         ("decode_batches", (1, 2, 4, 8, 16)), ("decode_prompts", (32,)),
                                         ("decode_tokens", 8)))
@@ -32,5 +32,51 @@ def test_short_validate_run_has_the_documented_shape():
         assert set(r) == {"layout", "metric", "predicted", "measured", "rel_error"}
         if r["metric"] in ("ttft_p50_s", "throughput_tok_s"):
             assert r["rel_error"] is not None and math.isfinite(r["rel_error"])
+    assert set(doc["foreign_cores"]) == {"monolithic", "intra"}
+    assert doc["front_stretch"]["intra"] >= 1.0
     assert doc["best_measured"] in ("monolithic", "intra")
     assert doc["best_predicted"] in ("monolithic", "intra")
+
+
+def _foreign_spinner(seconds: float) -> None:
+    """A busy loop that is NOT in this process tree: the shell exits at once and the loop is
+    adopted by init, as a neighbour's benchmark would be."""
+    import subprocess
+    subprocess.run(["sh", "-c", f"timeout {seconds} sh -c 'while :; do :; done' >/dev/null 2>&1 &"],
+                   check=True)
+
+
+@pytest.mark.timeout(30)
+def test_cpu_watch_counts_other_processes_not_ours():
+    import os
+    import time
+
+    from gpuprobe.perf.cpu_watch import CpuWatch
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("needs Linux /proc")
+    _foreign_spinner(2)
+    w = CpuWatch()
+    time.sleep(1.0)
+    assert w.foreign_cores() > 0.5  # the spinner keeps one core busy
+
+
+@pytest.mark.timeout(30)
+def test_phase_guard_repeats_a_disturbed_phase_once():
+    import os
+    import time
+
+    from gpuprobe.perf.cpu_watch import PhaseGuard
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("needs Linux /proc")
+    calls, said = [], []
+
+    def phase():
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            _foreign_spinner(1.2)
+        time.sleep(1.0)
+    guard = PhaseGuard(time.monotonic() + 60, phases_left=1, phase_s=1, max_wait_s=0,
+                       say=said.append)
+    guard("test phase", phase)
+    assert len(calls) == 2
+    assert any("repeating" in m for m in said)

@@ -14,7 +14,7 @@ import numpy as np
 from gpuprobe.errors import GpuprobeError
 
 PREFILL_SIZES = (16, 32, 64, 128, 256, 384, 512, 768, 1024)
-DECODE_BATCHES = (1, 2, 4, 8, 16, 32)
+DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 48, 64)  # up to max_num_seqs: no extrapolation
 DECODE_PROMPTS = (32, 320)
 DECODE_TOKENS = 24
 

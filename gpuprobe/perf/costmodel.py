@@ -3,9 +3,11 @@
 One `StepCost` per engine worker (the monolithic engine, or the prefill / decode worker of a
 split layout), because a worker's speed depends on its share of the device:
 
-    prefill step   t = a + b*T + c*Q          T: prefill tokens in the step,
+    prefill step   t = a + b*T + c*Q + e*k    T: prefill tokens in the step,
                                               Q: attention work, sum over chunks of
                                                  (start + n)^2 - start^2  (= T^2 for one prompt)
+                                              k: prompts in the step, taken as T^2/Q (the
+                                                 runner handles each prompt apart; e optional)
     decode step    t = d0 + d1*B + d2*C       B: decoding sequences, C: KV positions they attend
     mixed step     t = mixed_factor * (prefill + decode - min(a, d0))   one fixed cost, not two
     every step     + step_overhead_s          scheduling and streaming between forward passes
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from gpuprobe.perf.fit import Fit, fixed
 
 PREFILL_TERMS = ("1", "T", "Q")
+BATCHED_PREFILL_TERMS = ("1", "T", "Q", "k")  # + per prompt in the step (k = T^2 / Q)
 DECODE_TERMS = ("1", "B", "C")
 WORKERS = ("monolithic", "intra.prefill", "intra.decode", "cross.prefill", "cross.decode")
 
@@ -42,16 +45,18 @@ class StepCost:
 
     def step_fn(self):
         """A fast scalar function (T, Q, B, C) -> seconds, for the simulator's hot loop."""
-        a, b, c = self.prefill.coef
+        a, b, c, *rest = self.prefill.coef
+        e = rest[0] if rest else 0.0  # per prompt; k = T^2/Q is exact for equal whole prompts
         d0, d1, d2 = self.decode.coef
         m, ovh, s = self.mixed_factor, self.step_overhead_s, self.scale
         shared = min(a, d0)
 
         def step_s(T: int, Q: float, B: int, C: int) -> float:
             if T and B:
-                t = m * (a + b * T + c * Q + d0 + d1 * B + d2 * C - shared)
+                t = m * (a + b * T + c * Q + (e * T * T / Q if Q else 0.0)
+                         + d0 + d1 * B + d2 * C - shared)
             elif T:
-                t = a + b * T + c * Q
+                t = a + b * T + c * Q + (e * T * T / Q if Q else 0.0)
             else:
                 t = d0 + d1 * B + d2 * C
             return (t + ovh) * s

@@ -31,6 +31,8 @@ class LayoutProbe:
         self.kv_bytes_per_token = 0
         self.num_blocks: dict[str, int] = {}
         self.records = pd.DataFrame()
+        self.foreign_cores: dict[str, float | None] = {}  # phase -> other tenants' load
+        self.front_cpu = None  # contention.FrontCpu, from calibration
 
     def __enter__(self) -> "LayoutProbe":
         from gpuprobe.server.launch import start_server
@@ -47,13 +49,25 @@ class LayoutProbe:
             self.handle.stop()
             self.handle = None
 
-    def calibrate(self) -> None:
+    def calibrate(self, guard=None) -> None:
+        """Calibrate; `guard(phase, fn)` may rerun fn when the machine was busy (see validate)."""
+        guard = guard or (lambda phase, fn: fn())
+        self.foreign_cores["calibrate"] = guard(f"{self.layout} calibration", self._calibrate)
+
+    def _calibrate(self) -> None:
         from gpuprobe.perf.calibrate import run_calibration
-        from gpuprobe.perf.profile import front_overhead_s, from_steps, worker_key
+        from gpuprobe.perf.profile import from_steps, front_overhead_s, worker_key
         from gpuprobe.store import Store
 
-        cal = run_calibration(self.handle.url, vocab=self.vocab, progress=self.say,
+        marks = [self._cpu_mark("start")]
+
+        def note(msg: str) -> None:
+            marks.append(self._cpu_mark(msg))
+            self.say(msg)
+        cal = run_calibration(self.handle.url, vocab=self.vocab, progress=note,
                               **dict(self.opts.calibration))
+        marks.append(self._cpu_mark("end"))
+        self.front_cpu = _front_cpu(cal, marks)
         time.sleep(FLUSH_WAIT_S)
         with Store.open(self.db, read_only=True) as store:
             steps = store.steps(since_s=cal["t0_s"])
@@ -72,7 +86,19 @@ class LayoutProbe:
             self.kv_bytes_per_token = int((kv["kv_handoff_bytes"] / kv["prompt_tokens"]).median())
         self.say(f"{self.layout}: calibrated ({len(steps)} steps); front end {self.overhead_s * 1e3:.1f} ms")
 
-    def replay(self, workload: pd.DataFrame) -> None:
+    def _cpu_mark(self, label: str) -> tuple[str, float | None]:
+        """(label, CPU s of the front process + this client process so far)."""
+        from gpuprobe.perf.cpu_watch import process_cpu_s
+
+        front = process_cpu_s(self.handle.proc.pid)
+        t = os.times()
+        return label, None if front is None else front + t.user + t.system
+
+    def replay(self, workload: pd.DataFrame, guard=None) -> None:
+        guard = guard or (lambda phase, fn: fn())
+        self.foreign_cores["replay"] = guard(f"{self.layout} replay", lambda: self._replay(workload))
+
+    def _replay(self, workload: pd.DataFrame) -> None:
         from gpuprobe.errors import GpuprobeError
         from gpuprobe.workloads.replay import replay
 
@@ -107,3 +133,17 @@ def scheduler_configs(probes: dict) -> LayoutConfig:
         kw["prefill"] = split.scheduler_config("prefill")
         kw["decode"] = split.scheduler_config("decode")
     return LayoutConfig(**kw)
+
+
+def _front_cpu(cal: dict, marks: list[tuple[str, float | None]]):
+    """Front + client CPU per request and per token: prefill sweep vs decode sweep."""
+    from gpuprobe.perf.contention import FrontCpu, fit_front_cpu
+
+    split = max((i for i, (m, _) in enumerate(marks) if m.startswith("prefill sweep")), default=None)
+    if split is None or any(c is None for _, c in marks):
+        return FrontCpu()
+    pre_tok = sum(len(r["token_times"]) for r in cal["prefill"])
+    dec = [r for _, _, recs in cal["decode"] for r in recs]
+    dec_tok = sum(len(r["token_times"]) for r in dec)
+    return fit_front_cpu([(len(cal["prefill"]) + 1, pre_tok + 4, marks[split][1] - marks[0][1]),
+                          (len(dec), dec_tok, marks[-1][1] - marks[split][1])])

@@ -1,15 +1,23 @@
 """Fit a worker's StepCost from step records (the server's `steps` rows), and links from
 request records (kv_handoff_s vs kv_handoff_bytes).
 
-Step records carry only the step's token sums, so the attention term Q is taken as T^2 (exact
-for one prompt per step, as in a calibration sweep; an overestimate for batched prompts).
+Step records carry only the step's token sum T and prompt count k, so the attention term Q is
+taken as T^2/k (exact for one prompt, or k prompts of equal length as in a calibration burst).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from gpuprobe.perf.costmodel import DECODE_TERMS, PREFILL_TERMS, Link, StepCost
+from gpuprobe.perf.costmodel import (
+    BATCHED_PREFILL_TERMS,
+    DECODE_TERMS,
+    PREFILL_TERMS,
+    Link,
+    StepCost,
+)
 from gpuprobe.perf.fit import least_squares
 
 STEP_COLS = ("duration_s", "num_prefill_tokens", "num_decode_seqs", "num_decode_ctx_tokens")
@@ -28,19 +36,34 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
     pre, dec, mix = (T > 0) & (B == 0), (B > 0) & (T == 0), (T > 0) & (B > 0)
     # Medians per size, then least squares: a step stalled by another process on a shared
     # machine is an outlier of a size, and must not tilt the curve.
-    Tp, yp = _medians(np.c_[T[pre]], y[pre])
-    prefill = least_squares(np.c_[np.ones(len(Tp)), Tp[:, 0], Tp[:, 0] ** 2], yp,
-                            PREFILL_TERMS, Tp[:, 0], f"{what} prefill")
+    # Q (attention work) of a step with k prompts of about T/k tokens each is T^2/k: exact for
+    # the calibration's equal-length bursts, and what lets batched prefills inform the fit.
+    k = s["num_prefill_seqs"].fillna(1).clip(lower=1).to_numpy(float) if "num_prefill_seqs" in s \
+        else np.ones(len(s))
+    Tp, yp = _medians(np.c_[T[pre], k[pre]], y[pre])
+    Xp = np.c_[np.ones(len(Tp)), Tp[:, 0], Tp[:, 0] ** 2 / Tp[:, 1], Tp[:, 1]]
+    if len(Tp) and np.ptp(Tp[:, 1]) == 0:  # one prompt per step only: no per-prompt term
+        prefill = least_squares(Xp[:, :3], yp, PREFILL_TERMS, Tp[:, 0], f"{what} prefill",
+                                relative=True)
+    else:
+        prefill = least_squares(Xp, yp, BATCHED_PREFILL_TERMS, Tp[:, 0], f"{what} prefill",
+                                relative=True)
     c_bin = np.round(C[dec] / np.maximum(B[dec], 1) / 32.0)  # context per sequence, 32-token bins
     Xd, yd = _medians(np.c_[B[dec], c_bin], y[dec], np.c_[B[dec], C[dec]])
     decode = least_squares(np.c_[np.ones(len(yd)), Xd[:, 0], Xd[:, 1]], yd,
-                           DECODE_TERMS, Xd[:, 0], f"{what} decode")
-    cost = StepCost(prefill=prefill, decode=decode, threads=threads,
-                    step_overhead_s=step_gap_s(steps))
+                           DECODE_TERMS, Xd[:, 0], f"{what} decode", relative=True)
+    gap0, per_token = step_gap_fit(steps)
+    # Handing each token to the front (postprocess, pickling, the pipe) happens between steps:
+    # it is charged per decoding sequence (d1) and per prompt (e, else a), in step-time units.
+    pc = list(prefill.coef)
+    pc[3 if len(pc) > 3 else 0] += per_token  # per prompt where the fit has that term
+    prefill = replace(prefill, coef=tuple(pc))
+    decode = replace(decode, coef=(decode.coef[0], decode.coef[1] + per_token, decode.coef[2]))
+    cost = StepCost(prefill=prefill, decode=decode, threads=threads, step_overhead_s=gap0)
     if mix.sum() >= 3:
         f = cost.step_fn()
-        base = np.array([f(t, t * t, b, c) - cost.step_overhead_s
-                         for t, b, c in zip(T[mix], B[mix], C[mix])])
+        base = np.array([f(t, t * t / n, b, c) - cost.step_overhead_s
+                         for t, n, b, c in zip(T[mix], k[mix], B[mix], C[mix])])
         ratio = y[mix] / np.maximum(base, 1e-9)
         cost = StepCost(prefill=prefill, decode=decode, threads=threads,
                         step_overhead_s=cost.step_overhead_s,
@@ -59,6 +82,33 @@ def _medians(keys: np.ndarray, y: np.ndarray, x: np.ndarray | None = None):
     xs = np.array([np.median(x[inv == g], axis=0) for g in groups], dtype=float)
     ys = np.array([np.median(y[inv == g]) for g in groups], dtype=float)
     return xs, ys
+
+
+def step_gap_fit(steps: pd.DataFrame) -> tuple[float, float]:
+    """(fixed s, s per token out) of the gap after a busy step, from per-size medians.
+
+    Tokens out of a step: its decoding sequences plus its prefills (each gives a first token).
+    """
+    if "start_s" not in steps.columns or len(steps) < 3:
+        return 0.0, 0.0
+    s = steps.sort_values("start_s")
+    gaps = s["start_s"].to_numpy()[1:] - (s["start_s"] + s["duration_s"]).to_numpy()[:-1]
+    n_pre = s["num_prefill_seqs"] if "num_prefill_seqs" in s else (s["num_prefill_tokens"] > 0)
+    n_out = (s["num_decode_seqs"].fillna(0) + n_pre.fillna(0)).to_numpy(float)[:-1]
+    busy = (gaps >= 0) & (gaps < 0.02)
+    if "role" in s and (s["role"] == "decode").all():
+        # A decode worker imports handed-off KV between steps: a per-request cost, so gaps
+        # before a step that grew the batch are left out of the per-token slope.
+        B = s["num_decode_seqs"].fillna(0).to_numpy(float)
+        busy &= B[1:] <= B[:-1]
+    if busy.sum() < 3:
+        return 0.0, 0.0
+    xs, ys = _medians(np.c_[n_out[busy]], gaps[busy])
+    if len(xs) < 3:
+        return float(np.median(gaps[busy])), 0.0
+    fit = least_squares(np.c_[np.ones(len(xs)), xs[:, 0]], ys, ("1", "tokens"), xs[:, 0],
+                        "step gap")
+    return float(fit.coef[0]), float(fit.coef[1])
 
 
 def step_gap_s(steps: pd.DataFrame) -> float:

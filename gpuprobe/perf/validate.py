@@ -5,6 +5,11 @@ records give the engine curves), replay the workload, stop. The monolithic profi
 load: its simulated capacity (the workload's requests all queued at once) times `load` is the
 request rate the workload is replayed at. Then every layout is simulated with its own measured
 profile and the predictions are compared with the replay's client-side measurements.
+
+Each calibration and replay runs under a PhaseGuard (cpu_watch.py): it waits for other
+processes to quiet down, repeats a disturbed phase once, and the foreign load of what was kept
+is reported. Each layout's step times are stretched by the CPU its front and the client use at
+the replay rate (contention.py).
 """
 from __future__ import annotations
 
@@ -17,7 +22,13 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import GpuprobeError, UserError
-from gpuprobe.perf.metrics import Slo, aggregate, gaps_from_token_times, per_request, pick_best
+from gpuprobe.perf.metrics import (
+    Slo,
+    aggregate,
+    gaps_from_token_times,
+    per_request,
+    pick_best,
+)
 from gpuprobe.perf.sim_layouts import DEVICES, LayoutConfig
 
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "throughput_tok_s")
@@ -28,7 +39,7 @@ P50_METRICS = ("ttft_p50_s", "tbt_p50_s", "throughput_tok_s")
 class ValidateOptions:
     model: str = "tiny"
     layouts: tuple[str, ...] = ("monolithic", "intra", "cross")
-    load: float | None = 0.6
+    load: float | None = 0.35  # of the simulated capacity; see docs/model.md
     rate_rps: float | None = None
     limit: int = 300
     token_scale: float = 0.1
@@ -36,6 +47,8 @@ class ValidateOptions:
     prefill_share: float = 0.5
     server_opts: tuple = ()   # extra start_server keyword pairs
     calibration: tuple = ()   # run_calibration keyword pairs (smaller sweeps for tests)
+    time_budget_s: float = 540.0   # waits for a quiet machine and repeats stay within it
+    quiet_wait_s: float = 30.0     # longest wait for other processes to quiet down, per phase
 
 
 def prepare_workload(wl: pd.DataFrame, limit: int, token_scale: float, max_len: int) -> pd.DataFrame:
@@ -84,7 +97,9 @@ def _say(msg: str, progress: bool) -> None:
 def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool = True) -> dict:
     """The whole validation; returns the JSON-ready result (see the CLI for its shape)."""
     from gpuprobe.model.config import resolve_model
+    from gpuprobe.perf.contention import stretched
     from gpuprobe.perf.costmodel import Overhead
+    from gpuprobe.perf.cpu_watch import PhaseGuard
     from gpuprobe.perf.layout_probe import LayoutProbe, scheduler_configs
     from gpuprobe.perf.profile import assemble
     from gpuprobe.perf.simulator import simulate
@@ -94,12 +109,14 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     t_start = time.time()
     order = ["monolithic"] + [x for x in opts.layouts if x != "monolithic"]
     probes, speed, capacity = {}, 1.0, None
+    say = lambda m: _say(m, progress)
+    guard = PhaseGuard(time.monotonic() + opts.time_budget_s, 2 * len(order),
+                       max_wait_s=opts.quiet_wait_s, say=say)
     with tempfile.TemporaryDirectory(prefix="gpuprobe-validate-") as tmp:
         for layout in order:
-            say = lambda m: _say(m, progress)  # noqa: E731
             say(f"{layout}: starting the server")
             with LayoutProbe(opts, layout, tmp, cfg.vocab_size, say) as probe:
-                probe.calibrate()
+                probe.calibrate(guard)
                 if layout == "monolithic":
                     capacity = _capacity_rps(wl, probe, opts)
                     target = opts.rate_rps or opts.load * capacity
@@ -108,7 +125,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                     say(f"monolithic capacity {capacity:.1f} req/s (simulated from its profile); "
                         f"replaying at {target:.1f} req/s (x{speed:.2f} the trace's rate)")
                 if layout in opts.layouts:
-                    probe.replay(wl.assign(arrival_s=wl["arrival_s"] / speed))
+                    probe.replay(wl.assign(arrival_s=wl["arrival_s"] / speed), guard)
             probes[layout] = probe
     ovh = probes["monolithic"].overhead_s
     profile = assemble([p.part for p in probes.values()],
@@ -118,18 +135,32 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                        opts.prefill_share)
     sim_wl = wl.assign(arrival_s=wl["arrival_s"] / speed)
     configs = scheduler_configs(probes)
-    predicted, measured, confidence = {}, {}, {}
+    predicted, measured, confidence, stretch = {}, {}, {}, {}
     for layout in opts.layouts:
         prof = profile
         if layout != "monolithic":  # the split layouts' extra front-end path, measured per layout
             prof = _with_split(profile, probes[layout].overhead_s - ovh)
+        factor = _front_stretch(probes[layout], speed * _rate(wl), wl)
+        stretch[layout] = factor
+        prof = stretched(prof, factor)
         res = simulate(sim_wl, prof, layout, opts.slo, configs)
         predicted[layout] = res.summary
         confidence[layout] = res.summary["confidence"]
         measured[layout] = measured_summary(probes[layout].records, opts.slo, DEVICES[layout])
     rows = compare(predicted, measured)
-    return _result(rows, predicted, measured, confidence, opts, capacity, speed, profile,
-                   time.time() - t_start, len(wl))
+    out = _result(rows, predicted, measured, confidence, opts, capacity, speed, profile,
+                  time.time() - t_start, len(wl))
+    out["foreign_cores"] = {k: p.foreign_cores for k, p in probes.items()}
+    out["front_stretch"] = stretch
+    out["front_cpu"] = {k: vars(p.front_cpu) for k, p in probes.items() if p.front_cpu}
+    busy = {f"{k} {ph}": v for k, p in probes.items() for ph, v in p.foreign_cores.items()
+            if v is not None and v >= guard.quiet}
+    if busy:
+        out.setdefault("notes", []).append(
+            "other processes used CPU during " + ", ".join(f"{k} ({v:.2f} cores)" for k, v in
+                                                            busy.items())
+            + ": those measurements include their interference")
+    return out
 
 
 def _with_split(profile, split_in_s: float):
@@ -149,7 +180,25 @@ def _capacity_rps(wl: pd.DataFrame, probe, opts: ValidateOptions) -> float:
     span = res.summary.get("span_s") or float("nan")
     if not np.isfinite(span) or span <= 0:
         raise GpuprobeError("could not estimate the monolithic capacity from its profile")
-    return len(wl) / span
+    engine_rps = cap = len(wl) / span
+    for _ in range(30):  # the rate at which the engine, slowed by the front's CPU, keeps up
+        cap = engine_rps / _front_stretch(probe, cap, wl)
+    return cap
+
+
+def _rate(wl: pd.DataFrame) -> float:
+    """The workload's own request rate, req/s."""
+    return (len(wl) - 1) / (float(wl["arrival_s"].iloc[-1]) or 1.0)
+
+
+def _front_stretch(probe, rate_rps: float, wl: pd.DataFrame) -> float:
+    """Step-time factor from the front's and client's CPU at `rate_rps` (contention.py)."""
+    import os
+
+    if probe.front_cpu is None:
+        return 1.0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return probe.front_cpu.stretch(rate_rps, float(wl["output_tokens"].mean()), cores or 1)
 
 
 def _result(rows, predicted, measured, confidence, opts, capacity, speed, profile, wall_s, n) -> dict:

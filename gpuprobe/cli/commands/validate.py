@@ -14,8 +14,9 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default="tiny", help="reference server model (default tiny)")
     p.add_argument("--layouts", default="monolithic,intra,cross",
                    help="comma-separated layouts (default monolithic,intra,cross)")
-    p.add_argument("--load", type=float, default=0.6,
-                   help="offered load as a fraction of monolithic capacity (default 0.6)")
+    p.add_argument("--load", type=float, default=0.35,
+                   help="offered load as a fraction of the simulated monolithic capacity "
+                        "(default 0.35: about 0.6 of what the server sustains on 2 cores)")
     p.add_argument("--rate", type=float, default=None, metavar="R",
                    help="offered request rate, req/s (overrides --load)")
     p.add_argument("--limit", type=int, default=300, help="requests from the workload (default 300)")

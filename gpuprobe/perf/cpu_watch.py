@@ -1,0 +1,147 @@
+"""How much CPU other tenants of this machine use while we measure (Linux /proc).
+
+On a small shared machine another process stretches the server's steps (a worker with two
+torch threads on two busy cores straggles 10-100x), so a latency measured while the machine
+was busy says more about the neighbour than about the layout. validate measures the foreign
+load of each phase, waits for a quiet machine before one (bounded), and repeats a phase that
+was disturbed, so the numbers it compares are of the layout under test.
+
+    watch = CpuWatch()            # everything outside this process tree is foreign
+    ... measure ...
+    watch.foreign_cores()         # mean cores used by other processes since the start
+
+foreign cores = (non-idle CPU time of the machine - CPU time of our process tree) / wall time.
+Where /proc is missing the readings are None and nothing waits.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+QUIET_CORES = 0.2     # foreign load below which the machine counts as quiet
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (not idle, iowait)
+
+
+def machine_busy_s() -> float | None:
+    """Non-idle CPU seconds of the whole machine since boot (all cores summed)."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()[1:]
+    except OSError:
+        return None
+    return sum(int(fields[i]) for i in _BUSY_FIELDS) / os.sysconf("SC_CLK_TCK")
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def tree_cpu_s(root: int) -> float | None:
+    """CPU seconds of `root` and its live descendants, plus their reaped children."""
+    kids, total, todo = _children(), 0.0, [root]
+    tick = os.sysconf("SC_CLK_TCK")
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                f = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            if pid == root:
+                return None
+            continue
+        total += sum(int(x) for x in f[11:15]) / tick  # utime stime cutime cstime
+        todo += kids.get(pid, [])
+    return total
+
+
+class CpuWatch:
+    """Foreign CPU load (cores) since construction or the last restart()."""
+
+    def __init__(self, root: int | None = None):
+        self.root = root or os.getpid()
+        self.restart()
+
+    def restart(self) -> None:
+        self.t0, self.busy0, self.own0 = time.monotonic(), machine_busy_s(), tree_cpu_s(self.root)
+
+    def foreign_cores(self) -> float | None:
+        busy, own = machine_busy_s(), tree_cpu_s(self.root)
+        wall = time.monotonic() - self.t0
+        if None in (busy, own, self.busy0, self.own0) or wall <= 0:
+            return None
+        return max(0.0, ((busy - self.busy0) - (own - self.own0)) / wall)
+
+
+def wait_quiet(max_wait_s: float, window_s: float = 1.0, quiet: float = QUIET_CORES,
+               say=lambda m: None) -> float | None:
+    """Wait (at most max_wait_s) until a window_s window has under `quiet` foreign cores.
+
+    Returns the last window's foreign load (cores), None where it cannot be measured.
+    """
+    deadline = time.monotonic() + max_wait_s
+    told = False
+    while True:
+        w = CpuWatch()
+        time.sleep(window_s)
+        load = w.foreign_cores()
+        if load is None or load < quiet or time.monotonic() >= deadline:
+            return load
+        if not told:
+            say(f"machine busy ({load:.2f} cores used by other processes); waiting for it to "
+                f"quiet down (at most {max_wait_s:.0f} s)")
+            told = True
+
+
+class PhaseGuard:
+    """Runs measurement phases on a quiet machine, within a time budget.
+
+    guard(phase, fn): wait for quiet (at most max_wait_s), run fn, and when other processes
+    used `quiet` cores or more meanwhile, run it once more if the budget allows. Returns the
+    foreign load (cores) of the run that was kept. `phases_left` phases of about `phase_s`
+    seconds each are kept in reserve, so waits and repeats never break the deadline.
+    """
+
+    def __init__(self, deadline: float, phases_left: int, phase_s: float = 30.0,
+                 max_wait_s: float = 30.0, quiet: float = QUIET_CORES, say=lambda m: None):
+        self.deadline, self.phases_left, self.phase_s = deadline, phases_left, phase_s
+        self.max_wait_s, self.quiet, self.say = max_wait_s, quiet, say
+
+    def _spare_s(self) -> float:
+        return self.deadline - time.monotonic() - self.phases_left * self.phase_s
+
+    def __call__(self, phase: str, fn) -> float | None:
+        self.phases_left = max(0, self.phases_left - 1)
+        load = None
+        for attempt in (1, 2):
+            if self._spare_s() > 0:
+                wait_quiet(min(self.max_wait_s, self._spare_s()), quiet=self.quiet, say=self.say)
+            watch, t0 = CpuWatch(), time.monotonic()
+            fn()
+            load, took = watch.foreign_cores(), time.monotonic() - t0
+            if load is None or load < self.quiet:
+                return load
+            if attempt == 2 or self._spare_s() < took + 5:
+                break
+            self.say(f"{phase}: disturbed ({load:.2f} cores used by other processes); repeating it")
+        self.say(f"{phase}: the machine was busy ({load:.2f} cores used by other processes); "
+                 "result kept but flagged")
+        return load
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) of process `pid` alone, not its children."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
