@@ -76,3 +76,47 @@ def test_front_cpu_is_solved_from_two_phases_and_stretches_steps():
     s = stretched(p, 2.0)
     assert s.workers["monolithic"].step_fn()(0, 0, 4, 0) == pytest.approx(
         2 * p.workers["monolithic"].step_fn()(0, 0, 4, 0))
+
+
+def test_kv_import_fit_recovers_a_per_request_cost_from_decode_steps():
+    import pandas as pd
+
+    from gpuprobe.perf.costmodel import StepCost
+    from gpuprobe.perf.profile_fit import import_fit
+
+    # A decode worker stepping back to back; the batch grows by n requests of ctx tokens before
+    # some steps, and the gap before those is the loop gap plus n * (1 ms + 2 us * ctx).
+    rows, t, B = [], 0.0, 1
+    rng = np.random.default_rng(3)
+    for i in range(60):
+        n = int(rng.integers(1, 4)) if i % 3 == 0 else 0
+        ctx = (32, 320)[i % 2]
+        gap = 0.0005 + 1e-5 * B + (n * (0.001 + 2e-6 * ctx) if n else 0.0)
+        t += gap
+        B += n
+        rows.append({"start_s": t, "duration_s": 0.003, "num_prefill_tokens": 0,
+                     "num_decode_seqs": B, "num_decode_ctx_tokens": B * ctx, "role": "decode"})
+        t += 0.003
+    i0, i1 = import_fit(pd.DataFrame(rows), 0.0005, 1e-5)
+    assert i0 == pytest.approx(0.001, rel=0.05) and i1 == pytest.approx(2e-6, rel=0.05)
+    assert import_fit(pd.DataFrame(rows).assign(role="prefill"), 0.0005, 1e-5) == (0.0, 0.0)
+    rt = StepCost.from_dict(simple_worker(0, 0, 0, 0, 0, 0, import_s=i0).to_dict())
+    assert rt.import_s == i0 and rt.import_fn()(100) == pytest.approx(i0)
+
+
+def test_front_load_goes_to_busy_time_and_to_the_idle_core():
+    from gpuprobe.perf.contention import FrontCpu, busy_stretch
+
+    f = FrontCpu(cpu_per_request_s=0.004, cpu_per_token_s=0.0, source="measured")  # 0.1 core at 25/s
+    # One worker on all cores, busy 25% of the time: the front's 0.1 core lands in that quarter.
+    mono = busy_stretch(f, 25.0, 1, {"monolithic": 0.25}, pinned=False)
+    assert mono["monolithic"] == pytest.approx(1 / (1 - 0.4))
+    # Always busy (capacity): the plain share.
+    assert busy_stretch(f, 25.0, 1, {"monolithic": 1.0}, pinned=False)["monolithic"] == \
+        pytest.approx(1 / (1 - 0.1))
+    # Pinned workers: a busy prefill core and an idle decode core -> the decode worker pays.
+    split = busy_stretch(f, 25.0, 1, {"p": 0.5, "d": 0.1}, pinned=True)
+    assert split["p"] == 1.0 and split["d"] == pytest.approx(1 / (1 - 0.2))
+    flipped = busy_stretch(f, 25.0, 1, {"p": 0.1, "d": 0.5}, pinned=True)
+    assert flipped["d"] == 1.0 and flipped["p"] > 1.0
+    assert busy_stretch(FrontCpu(), 25.0, 1, {"p": 0.5, "d": 0.1}, pinned=True) == {"p": 1.0, "d": 1.0}

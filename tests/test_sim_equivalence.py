@@ -203,3 +203,34 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--regen"]:
         sys.exit("usage: test_sim_equivalence.py --regen")
     _regen()
+
+
+def _with_import(i0: float, i1: float) -> Profile:
+    from dataclasses import replace
+
+    prof = _profile()
+    workers = {k: replace(w, import_s=i0, import_per_token_s=i1) if k.endswith("decode") else w
+               for k, w in prof.workers.items()}
+    return replace(prof, workers=workers)
+
+
+@pytest.mark.parametrize("layout", ("intra", "cross"))
+def test_kv_import_cost_is_exact_under_macro_steps_and_slows_decode(layout, monkeypatch):
+    # A per-admission import cost on the decode worker: the fast path must still equal single
+    # steps, and each admission must hold up the running batch (TBT up, TTFT untouched).
+    cfg = CASES["prefill_first"]
+    base = simulate(_trace(), _profile(), layout, config=cfg)
+    fast = simulate(_trace(), _with_import(0.002, 2e-6), layout, config=cfg)
+    monkeypatch.setattr(sim_engine, "MIN_MACRO_STEPS", 10 ** 9)
+    slow = simulate(_trace(), _with_import(0.002, 2e-6), layout, config=cfg)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
+    assert fast.summary["tbt_p50_s"] > base.summary["tbt_p50_s"]
+    np.testing.assert_array_equal(fast.requests["ttft_s"], base.requests["ttft_s"])
+    assert fast.summary["decode_busy_s"] > base.summary["decode_busy_s"]
+
+
+def test_zero_import_term_changes_nothing():
+    cfg = CASES["chunked"]
+    a = simulate(_trace(), _profile(), "cross", config=cfg)
+    b = simulate(_trace(), _with_import(0.0, 0.0), "cross", config=cfg)
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)

@@ -21,6 +21,7 @@ def test_short_validate_run_has_the_documented_shape():
                        "prompt_tokens": raw["ContextTokens"], "output_tokens": raw["GeneratedTokens"]})
     opts = ValidateOptions(layouts=("monolithic", "intra"), limit=16, token_scale=0.05,
                            slo=Slo(1.0, 0.1), time_budget_s=1.0, quiet_wait_s=0.0,  # no waits
+                           replays=2,
                            calibration=(("prefill_sizes", (16, 32, 64, 128, 256)), ("reps", 1),
                                         ("decode_batches", (1, 2, 4, 8, 16)), ("decode_prompts", (32,)),
                                         ("decode_tokens", 8)))
@@ -33,7 +34,7 @@ def test_short_validate_run_has_the_documented_shape():
         if r["metric"] in ("ttft_p50_s", "throughput_tok_s"):
             assert r["rel_error"] is not None and math.isfinite(r["rel_error"])
     assert set(doc["foreign_cores"]) == {"monolithic", "intra"}
-    assert doc["front_stretch"]["intra"] >= 1.0
+    assert min(doc["front_stretch"]["intra"].values()) >= 1.0
     assert doc["best_measured"] in ("monolithic", "intra")
     assert doc["best_predicted"] in ("monolithic", "intra")
 

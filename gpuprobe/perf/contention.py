@@ -53,7 +53,33 @@ def fit_front_cpu(phases: list[tuple[float, float, float]]) -> FrontCpu:
     return FrontCpu(float(sol[0]), float(sol[1]), "measured")
 
 
-def stretched(profile, factor: float):
-    """`profile` with every worker's step times multiplied by `factor`."""
-    workers = {k: replace(w, scale=w.scale * factor) for k, w in profile.workers.items()}
+def stretched(profile, factor: float | dict[str, float]):
+    """`profile` with every worker's step times multiplied by `factor` (or factor[key])."""
+    f = factor if isinstance(factor, dict) else dict.fromkeys(profile.workers, factor)
+    workers = {k: replace(w, scale=w.scale * f.get(k, 1.0)) for k, w in profile.workers.items()}
     return replace(profile, workers=workers)
+
+
+
+def busy_stretch(front: FrontCpu, rate_rps: float, tokens_per_request: float,
+                 busy: dict[str, float], pinned: bool) -> dict[str, float]:
+    """Step-time factor per worker from the front's CPU, given each worker's busy fraction.
+
+    busy: worker key -> fraction of the replay the worker spends in steps (a simulation).
+    The front's work follows the requests: it parses arrivals and streams tokens while the
+    workers are busy, not evenly over the run. So its load during the busy time is
+    u / busy (busy: the busiest worker's fraction, standing for the system's busy time).
+    pinned=False (one worker on all cores, its threads meeting at every op): front work on
+    any core holds the whole step, factor 1 / (1 - u_busy). pinned=True (one core per worker):
+    the kernel wakes the front on the core that is idle, so each worker takes the front's
+    load in proportion to its core's idle share of the busy time (1 - busy_w / busy).
+    """
+    u = front.cores_used(rate_rps, tokens_per_request)
+    top = max(busy.values(), default=0.0)
+    u_busy = u / max(top, u, 1e-9)  # never more than the front's whole demand in a row
+    if not pinned:
+        return {k: 1.0 / (1.0 - min(u_busy, MAX_UTIL)) for k in busy}
+    idle = {k: max(0.0, 1.0 - b / top) if top > 0 else 1.0 for k, b in busy.items()}
+    total = sum(idle.values())
+    return {k: 1.0 / (1.0 - min(u_busy * (idle[k] / total if total > 0 else 1.0 / len(busy)),
+                                MAX_UTIL)) for k in busy}

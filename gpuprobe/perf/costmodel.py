@@ -42,6 +42,10 @@ class StepCost:
     scale: float = 1.0
     threads: int | None = None       # CPU threads the worker ran with when measured
     reasons: tuple[str, ...] = ()    # extra reasons (e.g. derived from another worker)
+    # Decode worker only: importing a handed-off request's KV between steps (receive, unpickle,
+    # copy into the cache) holds up the running batch: import_s + import_per_token_s * tokens.
+    import_s: float = 0.0
+    import_per_token_s: float = 0.0
 
     def step_fn(self):
         """A fast scalar function (T, Q, B, C) -> seconds, for the simulator's hot loop."""
@@ -68,6 +72,14 @@ class StepCost:
         s = self.scale
         return ((d0 + self.step_overhead_s) * s, d1 * s, d2 * s)
 
+    def import_fn(self):
+        """(prompt tokens) -> seconds the worker's clock advances to admit one handed-off
+        request (times scale); None when the profile has no import term."""
+        i0, i1, s = self.import_s, self.import_per_token_s, self.scale
+        if not (i0 or i1):
+            return None
+        return lambda tokens: (i0 + i1 * tokens) * s
+
     def reasons_all(self) -> tuple[str, ...]:
         out = list(self.reasons) + list(self.prefill.reasons) + list(self.decode.reasons)
         if self.mixed_source == "default":
@@ -78,7 +90,8 @@ class StepCost:
         return {"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict(),
                 "mixed_factor": self.mixed_factor, "mixed_source": self.mixed_source,
                 "step_overhead_s": self.step_overhead_s, "scale": self.scale,
-                "threads": self.threads, "reasons": list(self.reasons)}
+                "threads": self.threads, "reasons": list(self.reasons),
+                "import_s": self.import_s, "import_per_token_s": self.import_per_token_s}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepCost":
@@ -87,7 +100,9 @@ class StepCost:
                    mixed_source=d.get("mixed_source", "default"),
                    step_overhead_s=float(d.get("step_overhead_s", 0.0)),
                    scale=float(d.get("scale", 1.0)), threads=d.get("threads"),
-                   reasons=tuple(d.get("reasons", ())))
+                   reasons=tuple(d.get("reasons", ())),
+                   import_s=float(d.get("import_s", 0.0)),
+                   import_per_token_s=float(d.get("import_per_token_s", 0.0)))
 
 
 @dataclass(frozen=True)

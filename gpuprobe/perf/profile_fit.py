@@ -59,15 +59,15 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
     pc[3 if len(pc) > 3 else 0] += per_token  # per prompt where the fit has that term
     prefill = replace(prefill, coef=tuple(pc))
     decode = replace(decode, coef=(decode.coef[0], decode.coef[1] + per_token, decode.coef[2]))
-    cost = StepCost(prefill=prefill, decode=decode, threads=threads, step_overhead_s=gap0)
+    i0, i1 = import_fit(steps, gap0, per_token)
+    cost = StepCost(prefill=prefill, decode=decode, threads=threads, step_overhead_s=gap0,
+                    import_s=i0, import_per_token_s=i1)
     if mix.sum() >= 3:
         f = cost.step_fn()
         base = np.array([f(t, t * t / n, b, c) - cost.step_overhead_s
                          for t, n, b, c in zip(T[mix], k[mix], B[mix], C[mix])])
         ratio = y[mix] / np.maximum(base, 1e-9)
-        cost = StepCost(prefill=prefill, decode=decode, threads=threads,
-                        step_overhead_s=cost.step_overhead_s,
-                        mixed_factor=float(np.median(ratio)), mixed_source="measured")
+        cost = replace(cost, mixed_factor=float(np.median(ratio)), mixed_source="measured")
     return cost
 
 
@@ -109,6 +109,35 @@ def step_gap_fit(steps: pd.DataFrame) -> tuple[float, float]:
     fit = least_squares(np.c_[np.ones(len(xs)), xs[:, 0]], ys, ("1", "tokens"), xs[:, 0],
                         "step gap")
     return float(fit.coef[0]), float(fit.coef[1])
+
+
+def import_fit(steps: pd.DataFrame, gap0: float, per_token: float) -> tuple[float, float]:
+    """(s per admitted request, s per its KV token) a decode worker spends importing handed-off
+    KV between steps: the gap before a step whose batch grew, beyond the usual loop gap
+    (gap0 + per_token * tokens out), against the requests it gained (at least the growth) and
+    their context (the next step's context per sequence). (0, 0) for other roles or too few
+    growth steps."""
+    if ("role" not in steps or not (steps["role"] == "decode").all() or "start_s" not in steps
+            or len(steps) < 4):
+        return 0.0, 0.0
+    s = steps.sort_values("start_s")
+    start, dur = s["start_s"].to_numpy(), s["duration_s"].to_numpy()
+    gaps = start[1:] - (start + dur)[:-1]
+    B = s["num_decode_seqs"].fillna(0).to_numpy(float)
+    C = s["num_decode_ctx_tokens"].fillna(0).to_numpy(float)
+    n = B[1:] - B[:-1]
+    # A step after an idle wait has gap = wait, not import: only a worker that kept stepping.
+    grew = (n > 0) & (B[:-1] > 0) & (gaps >= 0) & (gaps < 0.1)
+    if grew.sum() < 3:
+        return 0.0, 0.0
+    excess = gaps[grew] - (gap0 + per_token * B[:-1][grew])
+    n, per_seq = n[grew], C[1:][grew] / np.maximum(B[1:][grew], 1)
+    X = np.c_[n, n * per_seq]
+    if np.ptp(per_seq) <= 0:
+        X = X[:, :1]
+    fit = least_squares(X, excess, ("requests", "tokens")[:X.shape[1]], n, "KV import")
+    i0, *rest = fit.coef
+    return max(0.0, float(i0)), max(0.0, float(rest[0])) if rest else 0.0
 
 
 def step_gap_s(steps: pd.DataFrame) -> float:

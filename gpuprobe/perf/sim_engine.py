@@ -47,6 +47,7 @@ class SimEngine:
         self.step_s = cost.step_fn()
         # step_fn's decode-only formula, unrolled into _macro with the same operation order.
         self._dec = (*cost.decode.coef, cost.step_overhead_s, cost.scale)
+        self._import = cost.import_fn() if config.role == "decode" else None
         self.first_s: dict[str, float] = {}
         # Doubles, not a list of floats: ~0.5 M of them per hour of trace, no float objects kept.
         self.ends = array("d")
@@ -62,6 +63,7 @@ class SimEngine:
         self.rejected: list[Sequence] = []
         self.num_steps = 0
         self.num_macro_steps = 0
+        self.busy_s = 0.0  # clock time spent in steps and imports (the worker's utilisation)
         self.max_prefill_tokens = 0
         self.max_decode_seqs = 0
 
@@ -75,8 +77,14 @@ class SimEngine:
             while i < n and inputs[i][0] <= t:
                 self._feed(inputs[i][1], pending)
                 i += 1
+            imp = self._import
             while pending and sched.add_prefilled(pending[0]):
-                self._open[pending.popleft().seq_id] = self.num_uniform
+                seq = pending.popleft()
+                self._open[seq.seq_id] = self.num_uniform
+                if imp is not None:  # the KV import holds up the next step (none: no term)
+                    dt = imp(seq.num_computed_tokens)
+                    t += dt
+                    self.busy_s += dt
             next_s = inputs[i][0] if i < n else float("inf")
             if not (waiting or running):
                 if i >= n:
@@ -115,6 +123,7 @@ class SimEngine:
         B = len(self.sched.running)
         d0, d1, d2, ovh, scale = self._dec
         x = d0 + d1 * B
+        t0 = t
         ends = self.ends
         append = ends.append
         first = len(ends)
@@ -124,6 +133,7 @@ class SimEngine:
             if t >= next_s:
                 break
         K = len(ends) - first
+        self.busy_s += t - t0
         finished = self.sched.advance_decodes(K, TOKEN)
         self.macro_first.append(first)
         self.macro_len.append(K)
@@ -151,7 +161,9 @@ class SimEngine:
             if c.is_last:
                 tokens[c.seq.seq_id] = TOKEN
         B = len(decode)
-        t += self.step_s(T, Q, B, batch.num_decode_ctx_tokens)
+        dt = self.step_s(T, Q, B, batch.num_decode_ctx_tokens)
+        t += dt
+        self.busy_s += dt
         idx = len(self.ends)
         self.ends.append(t)
         self.num_steps += 1

@@ -120,4 +120,4 @@ def _ints(seq_ids) -> np.ndarray:
 def _stats(eng: SimEngine, name: str) -> dict:
     return {f"{name}_steps": eng.num_steps, f"{name}_macro_steps": eng.num_macro_steps,
             f"{name}_max_prefill_tokens": eng.max_prefill_tokens,
-            f"{name}_max_decode_seqs": eng.max_decode_seqs}
+            f"{name}_max_decode_seqs": eng.max_decode_seqs, f"{name}_busy_s": eng.busy_s}

@@ -33,6 +33,7 @@ from gpuprobe.perf.sim_layouts import DEVICES, LayoutConfig
 
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "throughput_tok_s")
 P50_METRICS = ("ttft_p50_s", "tbt_p50_s", "throughput_tok_s")
+CONTENTION_PASSES = 3  # simulate, stretch by the busy fractions, again: a fixed point
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class ValidateOptions:
     prefill_share: float = 0.5
     server_opts: tuple = ()   # extra start_server keyword pairs
     calibration: tuple = ()   # run_calibration keyword pairs (smaller sweeps for tests)
+    replays: int = 3               # per layout; measured metrics are medians over them
     time_budget_s: float = 540.0   # waits for a quiet machine and repeats stay within it
     quiet_wait_s: float = 30.0     # longest wait for other processes to quiet down, per phase
 
@@ -78,6 +80,16 @@ def measured_summary(records: pd.DataFrame, slo: Slo, devices: int) -> dict:
     return aggregate(req, gaps_from_token_times(tt), slo, devices)
 
 
+def median_summary(summaries: list[dict]) -> dict:
+    """Per numeric key, the median over replays (the first replay's value for the rest)."""
+    out = dict(summaries[0])
+    for k, v in out.items():
+        vals = [s.get(k) for s in summaries]
+        if isinstance(v, (int, float)) and all(isinstance(x, (int, float)) for x in vals):
+            out[k] = float(np.median(vals))
+    return out
+
+
 def compare(predicted: dict[str, dict], measured: dict[str, dict]) -> list[dict]:
     rows = []
     for layout in predicted:
@@ -97,12 +109,8 @@ def _say(msg: str, progress: bool) -> None:
 def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool = True) -> dict:
     """The whole validation; returns the JSON-ready result (see the CLI for its shape)."""
     from gpuprobe.model.config import resolve_model
-    from gpuprobe.perf.contention import stretched
-    from gpuprobe.perf.costmodel import Overhead
     from gpuprobe.perf.cpu_watch import PhaseGuard
-    from gpuprobe.perf.layout_probe import LayoutProbe, scheduler_configs
-    from gpuprobe.perf.profile import assemble
-    from gpuprobe.perf.simulator import simulate
+    from gpuprobe.perf.layout_probe import LayoutProbe
 
     cfg = resolve_model(opts.model)
     wl = prepare_workload(workload, opts.limit, opts.token_scale, cfg.max_seq_len)
@@ -110,7 +118,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     order = ["monolithic"] + [x for x in opts.layouts if x != "monolithic"]
     probes, speed, capacity = {}, 1.0, None
     say = lambda m: _say(m, progress)
-    guard = PhaseGuard(time.monotonic() + opts.time_budget_s, 2 * len(order),
+    guard = PhaseGuard(time.monotonic() + opts.time_budget_s, (1 + opts.replays) * len(order),
                        max_wait_s=opts.quiet_wait_s, say=say)
     with tempfile.TemporaryDirectory(prefix="gpuprobe-validate-") as tmp:
         for layout in order:
@@ -125,28 +133,13 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                     say(f"monolithic capacity {capacity:.1f} req/s (simulated from its profile); "
                         f"replaying at {target:.1f} req/s (x{speed:.2f} the trace's rate)")
                 if layout in opts.layouts:
-                    probe.replay(wl.assign(arrival_s=wl["arrival_s"] / speed), guard)
+                    probe.replay(wl.assign(arrival_s=wl["arrival_s"] / speed), guard,
+                                 opts.replays)
             probes[layout] = probe
-    ovh = probes["monolithic"].overhead_s
-    profile = assemble([p.part for p in probes.values()],
-                       Overhead(request_in_s=max(0.0, ovh), source="measured"),
-                       max(p.kv_bytes_per_token for p in probes.values()),
-                       f"validate-{opts.model}", {"source": "validate", "model": opts.model},
-                       opts.prefill_share)
-    sim_wl = wl.assign(arrival_s=wl["arrival_s"] / speed)
-    configs = scheduler_configs(probes)
-    predicted, measured, confidence, stretch = {}, {}, {}, {}
-    for layout in opts.layouts:
-        prof = profile
-        if layout != "monolithic":  # the split layouts' extra front-end path, measured per layout
-            prof = _with_split(profile, probes[layout].overhead_s - ovh)
-        factor = _front_stretch(probes[layout], speed * _rate(wl), wl)
-        stretch[layout] = factor
-        prof = stretched(prof, factor)
-        res = simulate(sim_wl, prof, layout, opts.slo, configs)
-        predicted[layout] = res.summary
-        confidence[layout] = res.summary["confidence"]
-        measured[layout] = measured_summary(probes[layout].records, opts.slo, DEVICES[layout])
+    profile, predicted, confidence, stretch = predict_layouts(wl, probes, speed, opts)
+    measured = {layout: median_summary([measured_summary(r, opts.slo, DEVICES[layout])
+                                        for r in probes[layout].replays])
+                for layout in opts.layouts}
     rows = compare(predicted, measured)
     out = _result(rows, predicted, measured, confidence, opts, capacity, speed, profile,
                   time.time() - t_start, len(wl))
@@ -161,6 +154,58 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                                                             busy.items())
             + ": those measurements include their interference")
     return out
+
+
+def predict_layouts(wl: pd.DataFrame, probes: dict, speed: float, opts: ValidateOptions):
+    """(profile, {layout: predicted summary}, {layout: confidence}, {layout: front stretch})
+    for the workload replayed at `speed` x its own rate, from the calibrated probes."""
+    from gpuprobe.perf.costmodel import Overhead
+    from gpuprobe.perf.layout_probe import scheduler_configs
+    from gpuprobe.perf.profile import assemble
+
+    ovh = probes["monolithic"].overhead_s
+    profile = assemble([p.part for p in probes.values()],
+                       Overhead(request_in_s=max(0.0, ovh), source="measured"),
+                       max(p.kv_bytes_per_token for p in probes.values()),
+                       f"validate-{opts.model}", {"source": "validate", "model": opts.model},
+                       opts.prefill_share)
+    sim_wl = wl.assign(arrival_s=wl["arrival_s"] / speed)
+    configs = scheduler_configs(probes)
+    predicted, confidence, stretch = {}, {}, {}
+    for layout in opts.layouts:
+        prof = profile
+        if layout != "monolithic":  # the split layouts' extra front-end path, measured per layout
+            prof = _with_split(profile, probes[layout].overhead_s - ovh)
+        factor, res = _contended(sim_wl, prof, layout, probes[layout].front_cpu, opts, configs)
+        stretch[layout] = factor
+        predicted[layout] = res.summary
+        confidence[layout] = res.summary["confidence"]
+    return profile, predicted, confidence, stretch
+
+
+def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: ValidateOptions,
+               configs):
+    """({worker: step-time factor}, SimResult) with the front's CPU taken from the workers'
+    cores (contention.busy_stretch); the factors depend on how busy the workers are, which
+    depends on the factors: a few passes from no stretch."""
+    from gpuprobe.perf.contention import busy_stretch, stretched
+    from gpuprobe.perf.simulator import simulate
+
+    roles = ("mixed",) if layout == "monolithic" else ("prefill", "decode")
+    keys = {r: "monolithic" if r == "mixed" else f"{layout}.{r}" for r in roles}
+    factor = dict.fromkeys(keys.values(), 1.0)
+    res = simulate(sim_wl, profile, layout, opts.slo, configs)
+    if front is None:
+        return factor, res
+    tokens = float(sim_wl["output_tokens"].mean())
+    for _ in range(CONTENTION_PASSES):
+        span = res.summary.get("span_s") or 0.0
+        name = {"mixed": "monolithic"}
+        busy = {keys[r]: res.summary.get(f"{name.get(r, r)}_busy_s", 0.0) / span if span > 0
+                else 1.0 for r in roles}
+        factor = busy_stretch(front, _rate(sim_wl), tokens, busy, pinned=layout != "monolithic")
+        res = simulate(sim_wl, stretched(profile, factor), layout, opts.slo, configs)
+    return factor, res
 
 
 def _with_split(profile, split_in_s: float):
@@ -181,24 +226,20 @@ def _capacity_rps(wl: pd.DataFrame, probe, opts: ValidateOptions) -> float:
     if not np.isfinite(span) or span <= 0:
         raise GpuprobeError("could not estimate the monolithic capacity from its profile")
     engine_rps = cap = len(wl) / span
-    for _ in range(30):  # the rate at which the engine, slowed by the front's CPU, keeps up
-        cap = engine_rps / _front_stretch(probe, cap, wl)
+    if probe.front_cpu is None:
+        return cap
+    from gpuprobe.perf.contention import busy_stretch
+
+    tokens = float(wl["output_tokens"].mean())
+    for _ in range(30):  # the rate at which the engine, always busy, slowed by the front, keeps up
+        f = busy_stretch(probe.front_cpu, cap, tokens, {"monolithic": 1.0}, pinned=False)
+        cap = engine_rps / f["monolithic"]
     return cap
 
 
 def _rate(wl: pd.DataFrame) -> float:
     """The workload's own request rate, req/s."""
     return (len(wl) - 1) / (float(wl["arrival_s"].iloc[-1]) or 1.0)
-
-
-def _front_stretch(probe, rate_rps: float, wl: pd.DataFrame) -> float:
-    """Step-time factor from the front's and client's CPU at `rate_rps` (contention.py)."""
-    import os
-
-    if probe.front_cpu is None:
-        return 1.0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return probe.front_cpu.stretch(rate_rps, float(wl["output_tokens"].mean()), cores or 1)
 
 
 def _result(rows, predicted, measured, confidence, opts, capacity, speed, profile, wall_s, n) -> dict:

@@ -27,6 +27,8 @@ def add_arguments(p) -> None:
                    help="per-request mean TBT SLO, s (default 0.05)")
     p.add_argument("--prefill-share", type=float, default=0.5,
                    help="intra/cross: cores for prefill (default 0.5)")
+    p.add_argument("--replays", type=int, default=3,
+                   help="replays per layout; measured metrics are their medians (default 3)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -46,11 +48,14 @@ def _options(args):
             raise UserError(f"{flag} must be > 0, got {v}")
     if args.rate is not None and not args.rate > 0:
         raise UserError(f"--rate must be > 0, got {args.rate}")
+    if args.replays < 1:
+        raise UserError(f"--replays must be >= 1, got {args.replays}")
     if args.limit < 2:
         raise UserError(f"--limit must be >= 2, got {args.limit}")
     return ValidateOptions(model=args.model, layouts=layouts, load=args.load, rate_rps=args.rate,
                            limit=args.limit, token_scale=args.token_scale,
-                           slo=Slo(args.slo_ttft, args.slo_tbt), prefill_share=args.prefill_share)
+                           slo=Slo(args.slo_ttft, args.slo_tbt), prefill_share=args.prefill_share,
+                           replays=args.replays)
 
 
 def load_named_workload(store_path, name: str):
