@@ -81,3 +81,32 @@ def test_phase_guard_repeats_a_disturbed_phase_once():
     guard("test phase", phase)
     assert len(calls) == 2
     assert any("repeating" in m for m in said)
+
+
+def test_cli_device_option_reaches_the_server_launcher(tmp_path):
+    import argparse
+
+    from gpuprobe.cli.commands import validate as cmd
+    from gpuprobe.perf.layout_probe import LayoutProbe
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    assert cmd._options(p.parse_args(["--workload", "x"])).device == "cpu"
+    opts = cmd._options(p.parse_args(["--workload", "x", "--device", "cuda"]))
+    assert opts.device == "cuda"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--workload", "x", "--device", "tpu"])
+    seen = {}
+
+    def fake_start_server(model, layout, **kw):
+        seen.update(kw, model=model, layout=layout)
+        raise RuntimeError("stop here")
+
+    import gpuprobe.server.launch as launch
+    real, launch.start_server = launch.start_server, fake_start_server
+    try:
+        with pytest.raises(RuntimeError):
+            LayoutProbe(opts, "intra", str(tmp_path), 100).__enter__()
+    finally:
+        launch.start_server = real
+    assert seen["device"] == "cuda" and seen["layout"] == "intra" and seen["prefill_share"] == 0.5

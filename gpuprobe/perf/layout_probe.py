@@ -39,6 +39,7 @@ class LayoutProbe:
         from gpuprobe.server.launch import start_server
 
         extra = dict(self.opts.server_opts)
+        extra.setdefault("device", getattr(self.opts, "device", "cpu"))
         if self.layout != "monolithic":
             extra.setdefault("prefill_share", self.opts.prefill_share)
         self.handle = start_server(self.opts.model, self.layout, store=self.db,

@@ -46,6 +46,7 @@ class ValidateOptions:
     token_scale: float = 0.1
     slo: Slo = Slo(ttft_s=0.5, tbt_s=0.05)
     prefill_share: float = 0.5
+    device: str = "cpu"       # the server's --device (cpu | cuda)
     server_opts: tuple = ()   # extra start_server keyword pairs
     calibration: tuple = ()   # run_calibration keyword pairs (smaller sweeps for tests)
     replays: int = 3               # per layout; measured metrics are medians over them

@@ -29,6 +29,8 @@ def add_arguments(p) -> None:
                    help="intra/cross: cores for prefill (default 0.5)")
     p.add_argument("--replays", type=int, default=3,
                    help="replays per layout; measured metrics are their medians (default 3)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="the reference server's device (default cpu)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -55,7 +57,7 @@ def _options(args):
     return ValidateOptions(model=args.model, layouts=layouts, load=args.load, rate_rps=args.rate,
                            limit=args.limit, token_scale=args.token_scale,
                            slo=Slo(args.slo_ttft, args.slo_tbt), prefill_share=args.prefill_share,
-                           replays=args.replays)
+                           replays=args.replays, device=args.device)
 
 
 def load_named_workload(store_path, name: str):
