@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 
-TRACES = {"azure-code": "azure_llm_2023_code.csv", "azure-conv": "azure_llm_2023_conv.csv"}
-
-
-def bundled_trace(file_name: str) -> Path:
-    return Path(str(resources.files("gpuprobe") / "data" / file_name))
+TRACES = ("azure-code", "azure-conv")  # bundled trace aliases (gpuprobe.workloads.loading)
 
 
 def _say(text: str = "") -> None:
@@ -29,10 +24,11 @@ def _stage(title: str) -> float:
 
 
 def stage_import(store) -> None:
+    from gpuprobe.workloads.loading import bundled_trace
     from gpuprobe.workloads.pipeline import import_trace
     t = _stage("import the bundled Azure LLM inference traces (2023, CC-BY-4.0)")
-    for name, file_name in TRACES.items():
-        result = import_trace(store, bundled_trace(file_name), name, replace=True)
+    for name in TRACES:
+        result = import_trace(store, bundled_trace(name), name, replace=True)
         _say("\n".join("  " + line for line in result.summary.lines()))
     _say(f"  ({time.perf_counter() - t:.1f} s)")
 

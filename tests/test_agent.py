@@ -4,7 +4,6 @@ import asyncio
 import json
 import re
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,15 +18,10 @@ from gpuprobe.collectors.agent import Agent
 from gpuprobe.collectors.loop import every
 
 from gpuprobe.errors import UserError
+from gpuprobe.server.kv_transfer import free_port
 from gpuprobe.store import Store
 
 AGENT = [sys.executable, "-m", "gpuprobe.cli.main", "agent", "--metrics-port", "0", "--metrics-addr", "127.0.0.1"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_agent(*args):

@@ -2,7 +2,6 @@
 ways real ones do, and the reference server (gpuprobe serve)."""
 import asyncio
 import json
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -11,6 +10,7 @@ import pytest
 from aiohttp import web
 from gpuprobe.collectors import promtext
 from gpuprobe.collectors.engine import EngineScraper
+from gpuprobe.server.kv_transfer import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -23,12 +23,6 @@ def fixture(name="vllm_metrics.txt", old=False):
     for new, old_name in (OLD_NAMES.items() if old else ()):
         text = text.replace(new, old_name)
     return text
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_fixture_parses_to_our_names():

@@ -3,7 +3,6 @@
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 import sys
 
@@ -11,16 +10,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 from gpuprobe.collectors.tap import Tap
-
+from gpuprobe.server.kv_transfer import free_port
 from gpuprobe.store import Store
 
 NUM_TOKENS = 5
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sse(obj) -> bytes:

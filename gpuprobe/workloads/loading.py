@@ -1,5 +1,6 @@
-"""Get a workload DataFrame from a name in the store or from a trace file (imported on the fly
-into a throw-away store, so the file gets the same checks as `gpuprobe import`)."""
+"""Get a workload DataFrame from a name in the store, a bundled trace alias (azure-conv,
+azure-code) or a trace file (imported on the fly into a throw-away store, so the file gets the
+same checks as `gpuprobe import`)."""
 from __future__ import annotations
 
 import tempfile
@@ -11,10 +12,11 @@ from gpuprobe.errors import UserError
 
 
 def load_workload(store, name_or_file: str) -> pd.DataFrame:
-    """Workload columns (see Store.workload); raises UserError if neither a name nor a file."""
+    """Workload columns (see Store.workload). A stored name wins over a bundled alias; raises
+    UserError if it is neither a name, an alias nor a file."""
     if store.workload_id(name_or_file) is not None:
         return store.workload(name_or_file)
-    path = Path(name_or_file)
+    path = bundled_trace(name_or_file) or Path(name_or_file)
     if not path.is_file():
         raise UserError(f"{name_or_file!r} is neither a workload in the store nor a trace file "
                         f"(see gpuprobe workloads list)")
@@ -32,10 +34,3 @@ def bundled_trace(name: str) -> Path | None:
     if name not in alias:
         return None
     return Path(__file__).resolve().parent.parent / "data" / alias[name]
-
-
-def lengths_source(store, name: str) -> pd.DataFrame:
-    """Lengths to resample from: a stored workload, a bundled trace (azure-conv, azure-code) or a file."""
-    if store.workload_id(name) is None and bundled_trace(name) is not None:
-        return load_workload(store, str(bundled_trace(name)))
-    return load_workload(store, name)

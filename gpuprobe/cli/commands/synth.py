@@ -26,14 +26,14 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from gpuprobe.store import Store
     from gpuprobe.units import parse_duration
-    from gpuprobe.workloads.loading import lengths_source
+    from gpuprobe.workloads.loading import load_workload
     from gpuprobe.workloads.summary import summarize
     from gpuprobe.workloads.synth import parse_mix_shift, synthesize
 
     duration_s = parse_duration(args.duration, "--duration")
     period_s = parse_duration(args.cycle_period, "--cycle-period")
     with Store.open(args.store) as store:
-        lengths = lengths_source(store, args.lengths_from)
+        lengths = load_workload(store, args.lengths_from)
         df = synthesize(args.rate, duration_s, lengths, args.arrival, args.cv, parse_mix_shift(args.mix_shift),
                         args.daily_cycle, period_s, args.seed)
         summary = summarize(df, args.name)

@@ -63,12 +63,9 @@ def _options(args):
 def load_named_workload(store_path, name: str):
     """A stored workload, a file, or a bundled trace alias (azure-conv, azure-code)."""
     from gpuprobe.store import Store
-    from gpuprobe.workloads.loading import bundled_trace, load_workload
+    from gpuprobe.workloads.loading import load_workload
 
     with Store.open(store_path) as store:
-        path = bundled_trace(name)
-        if store.workload_id(name) is None and path is not None:
-            return load_workload(store, str(path))
         return load_workload(store, name)
 
 
