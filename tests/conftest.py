@@ -1,7 +1,16 @@
 """Fixtures shared by several test files."""
+import os
+
 import pytest
+from hypothesis import settings
 
 from gpuprobe.server.launch import start_server
+
+# Property tests draw the same examples on every run, so CI is reproducible; explore new ones
+# locally with HYPOTHESIS_PROFILE=explore (random draws, keeps failures in .hypothesis/).
+settings.register_profile("ci", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Fuzz: any bytes given to any importer give a clean import or a UserError, never a traceback."""
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from gpuprobe.errors import UserError
 from gpuprobe.store import Store
@@ -17,6 +17,7 @@ ROW = st.one_of(st.binary(max_size=60), st.text(max_size=60).map(str.encode),
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(header=st.sampled_from(HEADERS), rows=st.lists(ROW, max_size=6),
        fmt=st.sampled_from(["auto", "azure", "burstgpt", "mooncake", "recorded"]), skip=st.booleans())
+@example(header=b"", rows=[b'"\x00', b"\x00"], fmt="auto", skip=False)  # a quoted header cell spanning a newline
 def test_any_input_clean(tmp_path, header, rows, fmt, skip):
     path = tmp_path / "f.trace"
     path.write_bytes(header + b"\n".join(rows))
@@ -26,3 +27,10 @@ def test_any_input_clean(tmp_path, header, rows, fmt, skip):
             assert r.summary.requests == len(store.workload("w")) > 0
         except UserError as exc:
             assert str(exc) and "\n" not in str(exc)
+
+
+def test_error_text_is_one_line_whatever_it_quotes():
+    from gpuprobe.errors import GpuprobeError
+    exc = UserError("f.csv: columns found: a\nb\x00c")
+    assert str(exc) == "f.csv: columns found: a\\nb\\x00c"
+    assert "\n" not in str(GpuprobeError("x\r\ny"))
