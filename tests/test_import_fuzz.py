@@ -17,6 +17,7 @@ ROW = st.one_of(st.binary(max_size=60), st.text(max_size=60).map(str.encode),
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(header=st.sampled_from(HEADERS), rows=st.lists(ROW, max_size=6),
        fmt=st.sampled_from(["auto", "azure", "burstgpt", "mooncake", "recorded"]), skip=st.booleans())
+@example(header=b"TIMESTAMP,ContextTokens,GeneratedTokens\n", rows=[b"-0,,"], fmt="auto", skip=False)  # year 0
 @example(header=b"", rows=[b'"\x00', b"\x00"], fmt="auto", skip=False)  # a quoted header cell spanning a newline
 def test_any_input_clean(tmp_path, header, rows, fmt, skip):
     path = tmp_path / "f.trace"

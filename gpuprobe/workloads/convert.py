@@ -78,13 +78,23 @@ def epoch_seconds(values: list, lines: list[int], field: str, bad: BadRows) -> t
         stamps = pd.to_datetime(pd.Series(texts, dtype=object), format="ISO8601", utc=True, errors="coerce")
     except (ValueError, TypeError, OverflowError):
         stamps = pd.Series([_one_stamp(t) for t in texts], dtype="datetime64[ns, UTC]")
-    arr = stamps.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[ns]").to_numpy()
+    arr = _as_ns(stamps.dt.tz_convert("UTC").dt.tz_localize(None))
     ok = ~np.isnat(arr)
     out = np.where(ok, arr.astype(np.int64), 0) / 1e9
     for i in np.flatnonzero(~ok):
         bad.reject(lines[i], field, f"{_show(values[i])} is not a date-time (want e.g. 2023-11-16 18:17:03.97)",
                    reason=f"field {field}: not a date-time")
     return out, ok
+
+
+def _as_ns(naive: pd.Series) -> np.ndarray:
+    """datetime64[ns]; a stamp outside 1677..2262 (e.g. "-0" read as year 0) becomes NaT."""
+    try:
+        return naive.astype("datetime64[ns]").to_numpy()
+    except (ValueError, OverflowError):  # pandas' OutOfBoundsDatetime is a ValueError
+        lo, hi = pd.Timestamp.min, pd.Timestamp.max
+        return np.array([v if v is not pd.NaT and lo <= v <= hi else np.datetime64("NaT") for v in naive],
+                        dtype="datetime64[ns]")
 
 
 def _one_stamp(text: str):
