@@ -13,6 +13,8 @@ Definitions (all seconds):
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,13 +126,38 @@ def gaps_from_token_times(token_times: list[list[float]]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def pick_best(summaries: dict[str, dict]) -> str | None:
-    """Best layout: highest SLO attainment, then lowest p99 TBT (NaN last)."""
-    if not summaries:
-        return None
+SIMPLER_FIRST = ("monolithic", "intra", "cross")  # fewer devices and moving parts first
+TBT_TOLERANCE = 0.15  # p99 TBTs closer than this (relative) count as equal
 
-    def key(item):
-        s = item[1]
-        tbt = s.get("tbt_p99_s", float("nan"))
-        return (-s.get("slo_attainment", 0.0), float("inf") if tbt != tbt else tbt)
-    return min(summaries.items(), key=key)[0]
+
+def tied_best(summaries: dict[str, dict], tbt_tolerance: float = TBT_TOLERANCE) -> list[str]:
+    """The layouts that cannot be told apart from the best, simplest first.
+
+    Highest SLO attainment first: layouts within two standard errors of the top attainment
+    (binomial, over num_requests) tie on it. Among those, the lowest p99 TBT: layouts within
+    `tbt_tolerance` of the lowest tie on it. A difference smaller than the measurement can
+    resolve is no reason to pick the layout with more devices or moving parts.
+    """
+    if not summaries:
+        return []
+    att = {k: float(s.get("slo_attainment", 0.0) or 0.0) for k, s in summaries.items()}
+    top = max(att.values())
+    n = max(int(s.get("num_requests", 0) or 0) for s in summaries.values())
+    margin = 2.0 * math.sqrt(top * (1.0 - top) / n) if n else 0.0
+    tied = [k for k in summaries if att[k] >= top - margin - 1e-12]
+
+    def p99(k: str) -> float:
+        v = summaries[k].get("tbt_p99_s", float("nan"))
+        return float("inf") if v is None or v != v else float(v)
+    low = min(p99(k) for k in tied)
+    if math.isfinite(low):
+        tied = [k for k in tied if p99(k) <= low * (1.0 + tbt_tolerance)]
+    rank = {k: i for i, k in enumerate(SIMPLER_FIRST)}
+    return sorted(tied, key=lambda k: (rank.get(k, len(rank)), p99(k), k))
+
+
+def pick_best(summaries: dict[str, dict], tbt_tolerance: float = TBT_TOLERANCE) -> str | None:
+    """Best layout: highest SLO attainment, then lowest p99 TBT, differences within the
+    measurement's resolution ignored (tied_best), then the simplest layout."""
+    tied = tied_best(summaries, tbt_tolerance)
+    return tied[0] if tied else None

@@ -1,0 +1,33 @@
+"""Which layout is best: attainment, then p99 TBT, ties within resolution go to the simplest."""
+from gpuprobe.perf.metrics import pick_best, tied_best
+
+
+def s(att, p99, n=300):
+    return {"slo_attainment": att, "tbt_p99_s": p99, "num_requests": n}
+
+
+def test_clear_winner_on_attainment():
+    assert pick_best({"monolithic": s(0.3, 1.2), "intra": s(0.6, 0.05), "cross": s(0.45, 0.03)}) == "intra"
+
+
+def test_attainment_within_two_standard_errors_ties_then_p99_decides():
+    # 0.41 vs 0.373 on 300 requests: 2 SE = 0.057, a tie; cross's p99 TBT is 25% lower
+    summ = {"monolithic": s(0.26, 1.49), "intra": s(0.41, 0.045), "cross": s(0.373, 0.036)}
+    assert tied_best(summ) == ["cross"]
+    assert pick_best(summ) == "cross"
+    # the same gap on 3,000 requests is real
+    summ = {k: {**v, "num_requests": 3000} for k, v in summ.items()}
+    assert pick_best(summ) == "intra"
+
+
+def test_p99_within_tolerance_goes_to_the_simpler_layout():
+    summ = {"monolithic": s(1.0, 0.032), "intra": s(1.0, 0.0134), "cross": s(1.0, 0.0122)}
+    assert pick_best(summ) == "intra"               # 10% apart: within 15%
+    assert tied_best(summ) == ["intra", "cross"]
+    assert pick_best(summ, tbt_tolerance=0.05) == "cross"
+
+
+def test_nan_p99_and_empty():
+    assert pick_best({}) is None
+    assert pick_best({"intra": s(0.0, float("nan")), "cross": s(0.0, float("nan"))}) == "intra"
+    assert pick_best({"intra": s(0.5, float("nan")), "cross": s(0.5, 0.02)}) == "cross"
