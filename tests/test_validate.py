@@ -37,6 +37,13 @@ def test_short_validate_run_has_the_documented_shape():
     assert min(doc["front_stretch"]["intra"].values()) >= 1.0
     assert doc["best_measured"] in ("monolithic", "intra")
     assert doc["best_predicted"] in ("monolithic", "intra")
+    assert doc["best_measured"] == doc["tied_measured"][0]
+    assert doc["tbt_tolerance"] >= 0.15
+    # the speed probe read both layouts' cores around each kept replay
+    drift = doc["speed_drift"]
+    assert [set(f) for f in drift["intra"]] == [{"intra.prefill", "intra.decode"}] * 2
+    assert all(0.2 < v < 5 for f in drift["monolithic"] + drift["intra"] for v in f.values())
+    assert set(doc["unadjusted"]) >= {"monolithic", "intra", "best_predicted"}
 
 
 def _foreign_spinner(seconds: float) -> None:

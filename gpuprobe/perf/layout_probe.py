@@ -34,6 +34,10 @@ class LayoutProbe:
         self.replays: list[pd.DataFrame] = []  # every replay's, in order
         self.foreign_cores: dict[str, float | None] = {}  # phase -> other tenants' load
         self.front_cpu = None  # contention.FrontCpu, from calibration
+        # monotonic (start, end) of the kept calibration and of each kept replay, so the
+        # speed probe's readings can be matched to them (speed_probe.py)
+        self.calibrate_window: tuple[float, float] | None = None
+        self.replay_windows: list[tuple[float, float]] = []
 
     def __enter__(self) -> "LayoutProbe":
         from gpuprobe.server.launch import start_server
@@ -62,6 +66,7 @@ class LayoutProbe:
         from gpuprobe.store import Store
 
         marks = [self._cpu_mark("start")]
+        t_start = time.monotonic()
 
         def note(msg: str) -> None:
             marks.append(self._cpu_mark(msg))
@@ -69,6 +74,7 @@ class LayoutProbe:
         cal = run_calibration(self.handle.url, vocab=self.vocab, progress=note,
                               **dict(self.opts.calibration))
         marks.append(self._cpu_mark("end"))
+        self.calibrate_window = (t_start, time.monotonic())
         self.front_cpu = _front_cpu(cal, marks)
         time.sleep(FLUSH_WAIT_S)
         with Store.open(self.db, read_only=True) as store:
@@ -100,8 +106,11 @@ class LayoutProbe:
         """Replay `repeats` times (validate compares medians: one replay of a bursty trace
         near a worker's capacity is a noisy sample); foreign_cores keeps the worst."""
         guard = guard or (lambda phase, fn: fn())
-        loads = [guard(f"{self.layout} replay {i + 1}/{repeats}", lambda: self._replay(workload))
-                 for i in range(repeats)]
+        loads = []
+        for i in range(repeats):
+            n0 = len(self.replays)
+            loads.append(guard(f"{self.layout} replay {i + 1}/{repeats}", lambda: self._replay(workload)))
+            del self.replays[n0:-1], self.replay_windows[n0:-1]  # a repeated phase: keep the rerun
         known = [x for x in loads if x is not None]
         self.foreign_cores["replay"] = max(known) if known else None
 
@@ -111,7 +120,9 @@ class LayoutProbe:
 
         self.say(f"{self.layout}: replaying {len(workload)} requests over "
                  f"{workload['arrival_s'].iloc[-1]:.1f} s")
+        t_start = time.monotonic()
         res = replay(workload, self.handle.url, vocab=self.vocab, request_timeout_s=120.0)
+        window = (t_start, time.monotonic())
         bad = res.records[res.records["status"] != "ok"] if len(res.records) else res.records
         if len(res.records) == 0 or len(bad) > 0.05 * len(res.records):
             first = bad.iloc[0]["error"] if len(bad) else "no records"
@@ -119,6 +130,7 @@ class LayoutProbe:
                                 f"failed (first: {first})")
         self.records = res.records
         self.replays.append(res.records)
+        self.replay_windows.append(window)
 
     def scheduler_config(self, role: str) -> SchedulerConfig:
         """The scheduler this server's `role` worker ran (gpuprobe serve's defaults)."""

@@ -31,6 +31,9 @@ def add_arguments(p) -> None:
                    help="replays per layout; measured metrics are their medians (default 3)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="the reference server's device (default cpu)")
+    p.add_argument("--no-speed-probe", action="store_true",
+                   help="do not correct for the CPU cores' own speed drift between calibration "
+                        "and replay (a probe process times a tiny engine run on each core)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -57,7 +60,8 @@ def _options(args):
     return ValidateOptions(model=args.model, layouts=layouts, load=args.load, rate_rps=args.rate,
                            limit=args.limit, token_scale=args.token_scale,
                            slo=Slo(args.slo_ttft, args.slo_tbt), prefill_share=args.prefill_share,
-                           replays=args.replays, device=args.device)
+                           replays=args.replays, device=args.device,
+                           speed_probe=not args.no_speed_probe)
 
 
 def load_named_workload(store_path, name: str):
@@ -91,6 +95,14 @@ def run(args) -> int:
               f"SLO attainment predicted {_fmt(s['slo_attainment_predicted'])}, "
               f"measured {_fmt(s['slo_attainment_measured'])}")
     print(f"best_measured: {out['best_measured']}  best_predicted: {out['best_predicted']}")
+    for layout, per_replay in (out.get("speed_drift") or {}).items():
+        shown = "; ".join(", ".join(f"{k.split('.')[-1]} {v:.2f}" for k, v in f.items())
+                          for f in per_replay)
+        unadj = out["unadjusted"].get(layout, {}).get("median_abs_rel_error_p50")
+        print(f"{layout}: core speed vs calibration per replay (>1 slower): {shown}; "
+              f"without this correction the median |rel error| would be {_fmt(unadj)}")
+    if out.get("speed_drift"):
+        print(f"best_predicted without the speed correction: {out['unadjusted']['best_predicted']}")
     for note in out.get("notes", []):
         print(note)
     return 0
