@@ -35,6 +35,12 @@ from gpuprobe.perf.metrics import (
     tied_best,
 )
 from gpuprobe.perf.sim_layouts import DEVICES, LayoutConfig
+from gpuprobe.perf.validate_drift import (
+    drift_factors,
+    dump_state,
+    scaled_front,
+    start_speed_probe,
+)
 
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "throughput_tok_s")
 P50_METRICS = ("ttft_p50_s", "tbt_p50_s", "throughput_tok_s")
@@ -128,7 +134,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     guard = PhaseGuard(time.monotonic() + opts.time_budget_s, (1 + opts.replays) * len(order),
                        max_wait_s=opts.quiet_wait_s, say=say)
     with tempfile.TemporaryDirectory(prefix="gpuprobe-validate-") as tmp, \
-            _speed_probe(opts, say) as speed_probe:
+            start_speed_probe(opts, say) as speed_probe:
         for layout in order:
             say(f"{layout}: starting the server")
             with LayoutProbe(opts, layout, tmp, cfg.vocab_size, say) as probe:
@@ -144,8 +150,8 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                     probe.replay(wl.assign(arrival_s=wl["arrival_s"] / speed), guard,
                                  opts.replays)
             probes[layout] = probe
-        drift = _drift(speed_probe, probes, opts)
-        _dump(wl, speed, probes, speed_probe)
+        drift = drift_factors(speed_probe, probes, opts)
+        dump_state(wl, speed, probes, speed_probe)
     profile, predicted, confidence, stretch = predict_layouts(wl, probes, speed, opts, drift)
     unadjusted = predict_layouts(wl, probes, speed, opts)[1] if drift else predicted
     per_replay = {layout: [measured_summary(r, opts.slo, DEVICES[layout]) for r in probes[layout].replays]
@@ -196,7 +202,7 @@ def predict_layouts(wl: pd.DataFrame, probes: dict, speed: float, opts: Validate
         if layout != "monolithic":  # the split layouts' extra front-end path, measured per layout
             prof = _with_split(profile, probes[layout].overhead_s - ovh)
         front = probes[layout].front_cpu
-        runs = [_contended(sim_wl, stretched(prof, f), layout, _scaled(front, f), opts, configs)
+        runs = [_contended(sim_wl, stretched(prof, f), layout, scaled_front(front, f), opts, configs)
                 for f in (drift or {}).get(layout) or [{}]]
         stretch[layout] = runs[0][0]
         predicted[layout] = median_summary([res.summary for _, res in runs])
@@ -227,73 +233,6 @@ def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: Validate
         factor = busy_stretch(front, _rate(sim_wl), tokens, busy, pinned=layout != "monolithic")
         res = simulate(sim_wl, stretched(profile, factor), layout, opts.slo, configs)
     return factor, res
-
-
-def _dump(wl, speed, probes, speed_probe) -> None:
-    """GPUPROBE_VALIDATE_DUMP=path: pickle what the predictions are made from, so the model
-    can be re-run on a run's measurements offline (docs/model.md's comparisons)."""
-    import os
-    import pickle
-
-    path = os.environ.get("GPUPROBE_VALIDATE_DUMP")
-    if not path:
-        return
-    keep = ("part", "overhead_s", "kv_bytes_per_token", "num_blocks", "front_cpu", "replays",
-            "calibrate_window", "replay_windows", "foreign_cores")
-    state = {k: {a: getattr(p, a) for a in keep} for k, p in probes.items()}
-    with open(path, "wb") as fh:
-        pickle.dump({"wl": wl, "speed": speed, "probes": state,
-                     "speed_rows": speed_probe.samples() if speed_probe else None,
-                     "speed_cores": speed_probe.cores if speed_probe else None}, fh)
-
-
-def _scaled(front, factors: dict[str, float]):
-    """The front's CPU per request and token, scaled by the mean drift of the workers' cores
-    (the front is not pinned; it runs wherever a core is free)."""
-    if front is None or not factors:
-        return front
-    from dataclasses import replace
-
-    f = float(np.mean(list(factors.values())))
-    return replace(front, cpu_per_request_s=front.cpu_per_request_s * f,
-                   cpu_per_token_s=front.cpu_per_token_s * f)
-
-
-class _NoProbe:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return None
-
-
-def _speed_probe(opts: ValidateOptions, say):
-    """A running SpeedProbe on the cores the server will use, or a context giving None."""
-    import os
-
-    if not opts.speed_probe or opts.device != "cpu" or not hasattr(os, "sched_getaffinity"):
-        return _NoProbe()
-    from gpuprobe.perf.speed_probe import SpeedProbe
-
-    cores = tuple(dict(opts.server_opts).get("cores") or sorted(os.sched_getaffinity(0)))
-    say(f"speed probe on cores {','.join(map(str, cores))}")
-    return SpeedProbe(cores)
-
-
-def _drift(probe, probes: dict, opts: ValidateOptions) -> dict[str, list[dict[str, float]]]:
-    """{layout: per replay {worker: slowness vs that layout's calibration}}; {} without a probe."""
-    if probe is None:
-        return {}
-    from gpuprobe.perf.speed_probe import replay_factors, worker_cores
-
-    rows = probe.samples()
-    out = {}
-    for layout, p in probes.items():
-        if layout in opts.layouts:
-            workers = worker_cores(layout, probe.cores, opts.prefill_share)
-            out[layout] = [{k: round(v, 4) for k, v in f.items()} for f in
-                           replay_factors(rows, p.calibrate_window, p.replay_windows, workers)]
-    return out
 
 
 def _unadjusted(predicted: dict[str, dict], measured: dict[str, dict],

@@ -1,0 +1,74 @@
+"""validate's side of the speed probe (speed_probe.py): start it on the server's cores, turn
+its readings into per-replay, per-worker step-time factors, scale the front's CPU with them,
+and dump what predictions are made from for offline re-runs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def dump_state(wl, speed, probes, speed_probe) -> None:
+    """GPUPROBE_VALIDATE_DUMP=path: pickle what the predictions are made from, so the model
+    can be re-run on a run's measurements offline (docs/model.md's comparisons)."""
+    import os
+    import pickle
+
+    path = os.environ.get("GPUPROBE_VALIDATE_DUMP")
+    if not path:
+        return
+    keep = ("part", "overhead_s", "kv_bytes_per_token", "num_blocks", "front_cpu", "replays",
+            "calibrate_window", "replay_windows", "foreign_cores")
+    state = {k: {a: getattr(p, a) for a in keep} for k, p in probes.items()}
+    with open(path, "wb") as fh:
+        pickle.dump({"wl": wl, "speed": speed, "probes": state,
+                     "speed_rows": speed_probe.samples() if speed_probe else None,
+                     "speed_cores": speed_probe.cores if speed_probe else None}, fh)
+
+
+def scaled_front(front, factors: dict[str, float]):
+    """The front's CPU per request and token, scaled by the mean drift of the workers' cores
+    (the front is not pinned; it runs wherever a core is free)."""
+    if front is None or not factors:
+        return front
+    from dataclasses import replace
+
+    f = float(np.mean(list(factors.values())))
+    return replace(front, cpu_per_request_s=front.cpu_per_request_s * f,
+                   cpu_per_token_s=front.cpu_per_token_s * f)
+
+
+class _NoProbe:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return None
+
+
+def start_speed_probe(opts, say):
+    """A running SpeedProbe on the cores the server will use, or a context giving None."""
+    import os
+
+    if not opts.speed_probe or opts.device != "cpu" or not hasattr(os, "sched_getaffinity"):
+        return _NoProbe()
+    from gpuprobe.perf.speed_probe import SpeedProbe
+
+    cores = tuple(dict(opts.server_opts).get("cores") or sorted(os.sched_getaffinity(0)))
+    say(f"speed probe on cores {','.join(map(str, cores))}")
+    return SpeedProbe(cores)
+
+
+def drift_factors(probe, probes: dict, opts) -> dict[str, list[dict[str, float]]]:
+    """{layout: per replay {worker: slowness vs that layout's calibration}}; {} without a probe."""
+    if probe is None:
+        return {}
+    from gpuprobe.perf.speed_probe import replay_factors, worker_cores
+
+    rows = probe.samples()
+    out = {}
+    for layout, p in probes.items():
+        if layout in opts.layouts:
+            workers = worker_cores(layout, probe.cores, opts.prefill_share)
+            out[layout] = [{k: round(v, 4) for k, v in f.items()} for f in
+                           replay_factors(rows, p.calibrate_window, p.replay_windows, workers)]
+    return out
