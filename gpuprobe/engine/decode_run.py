@@ -80,7 +80,11 @@ class LazyRun:
 
     def __init__(self, sched: Scheduler):
         self.sched = sched
-        cfg = sched.config  # frozen: read once, plan() runs at every simulated event
+        # Never rebound by the Scheduler or BlockManager: read once, plan() runs at every
+        # simulated event.
+        self._running, self._waiting = sched.running, sched.waiting
+        self._free = sched.block_manager._free
+        cfg = sched.config  # frozen
         self.max_seqs = 0 if cfg.role == "prefill" else cfg.max_decode_seqs
         self.block_size = cfg.block_size
         self.allowed: tuple[int, int] | None = None
@@ -105,8 +109,10 @@ class LazyRun:
     def fits(self, num_blocks: int) -> bool:
         """Whether num_blocks more are free once the members take what they owe: a bound
         first (no settling), exactly (settling the run) when the bound says no."""
-        free = self.sched.block_manager._free
-        if num_blocks <= len(free) - (self.owed_blocks_bound() if self.members else 0):
+        free, B = self._free, self.members
+        size = self.block_size  # owed_blocks_bound() inlined: once per admission
+        if num_blocks <= len(free) - ((B * self.step - self.sum_base + B * (size - 1)) // size
+                                      if B else 0):
             return True
         self.settle_all()
         return num_blocks <= len(free)
@@ -114,10 +120,9 @@ class LazyRun:
     def plan(self, token_id: int) -> tuple[int, int]:
         """(k, ctx_tokens) of Scheduler.uniform_decode_steps()."""
         self.allowed = None
-        sched = self.sched
-        running = sched.running
+        running = self._running
         B = len(running)
-        if not B or B > self.max_seqs or sched.waiting:
+        if not B or B > self.max_seqs or self._waiting:
             return 0, 0
         if token_id != self.token_id:
             self.settle_all()
@@ -128,7 +133,7 @@ class LazyRun:
         k = self.finishes[0][0] - step
         # Each member needs at most ceil(k / size) new blocks over k steps (owed_blocks_bound
         # inlined: this runs at every simulated event).
-        if B * -(-k // size) > (len(sched.block_manager._free)
+        if B * -(-k // size) > (len(self._free)
                                 - (B * step - self.sum_base + B * (size - 1)) // size):
             k = self._fit_blocks(k)
             if not k:
@@ -143,9 +148,12 @@ class LazyRun:
         if allowed is None or allowed[1] != token_id or not 1 <= k <= allowed[0]:
             raise ValueError(f"advance_decodes({k}, {token_id}) wants a step count that "
                              f"uniform_decode_steps({token_id}) just allowed, got {allowed}")
-        self.step += k
-        heap, finished = self.finishes, []
-        while heap and heap[0][0] <= self.step:
+        step = self.step = self.step + k
+        heap = self.finishes
+        if not heap or heap[0][0] > step:  # no member finishes: the run goes on
+            return []
+        finished = []
+        while heap and heap[0][0] <= step:
             seq = heapq.heappop(heap)[2]
             self._leave(seq)
             finished.append(seq)

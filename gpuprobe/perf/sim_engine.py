@@ -8,7 +8,11 @@ sequence (postprocess), exactly as the reference server's engine does with real 
 Speed: when the Scheduler says the next k steps are the same all-decode batch
 (uniform_decode_steps), the worker takes as many of them as end before the next input is due
 in one macro-step (advance_decodes): the same step times, bit for bit, and the same effects as
-single steps, without a schedule() call or a TokenEvent per step.
+single steps, without a schedule() call or a TokenEvent per step. The macro-step's loop only
+adds up the clock (it needs the exact end to know where to stop); each step's end is left
+unrecorded and rebuilt afterwards, vectorized with the same operations in the same order
+(sim_timeline.macro_ends), from what a macro-step records: its start clock, batch and KV
+positions.
 
 Token times are kept compact, never per token: each request's later tokens are runs of
 consecutive steps. A run in the uniform decode steps (every decoding sequence took part) is
@@ -20,46 +24,59 @@ from __future__ import annotations
 from array import array
 from collections import deque
 
+import numpy as np
+
 from gpuprobe.engine.scheduler import Scheduler, SchedulerConfig
 from gpuprobe.engine.sequence import SeqStatus, Sequence
 from gpuprobe.perf.costmodel import StepCost
+from gpuprobe.perf.sim_timeline import macro_ends
 
 MIN_MACRO_STEPS = 1  # the bench and tests set it out of reach to get the single-step baseline
 TOKEN = 1            # every simulated token; the trace fixes lengths (ignore_eos)
 RUNNING = SeqStatus.RUNNING
+NO_INPUT = float("nan")  # after the last input: never <= the clock
 
 
 class SimEngine:
-    """Runs `inputs` to completion; records token times on the virtual clock (seconds).
+    """Runs its inputs to completion; records token times on the virtual clock (seconds).
 
     After run(): first_s[seq_id] is the engine time of each request's first token produced
-    here (index 0); ends is every step's end time; the macro-steps took steps
+    here (index 0); time_axis() gives every step's end; the macro-steps took steps
     [macro_first[m], macro_first[m] + macro_len[m]), num_uniform of them in all (the uniform
     decode steps, numbered in that order: their ordinals); run_ids / run_starts /
     run_counts are the runs of each request's later tokens in time order per request: a
-    start >= 0 is a step index, a start < 0 is uniform ordinal -start - 1. prefilled is
-    [(ready_s, seq)] for role 'prefill'; num_steps / num_macro_steps count what happened.
+    start >= 0 is a step index, a start < 0 is uniform ordinal -start - 1. prefilled: the
+    sequences role 'prefill' prefilled, done at clock prefilled_s; num_steps /
+    num_macro_steps count what happened.
     """
 
     def __init__(self, config: SchedulerConfig, cost: StepCost):
         self.config = config
         self.sched = Scheduler(config)
         self.step_s = cost.step_fn()
-        # step_fn's decode-only formula, unrolled into _macro with the same operation order.
+        # step_fn's decode-only formula, unrolled into run()'s macro-step (same operations).
         self._dec = (*cost.decode.coef, cost.step_overhead_s, cost.scale)
+        # (y + 0.0) * 1.0 == y for every step time y: the loop may skip both operations.
+        self._plain = cost.step_overhead_s == 0 and cost.scale == 1
         self._import = cost.import_fn() if config.role == "decode" else None
         self.first_s: dict[str, float] = {}
-        # Doubles, not a list of floats: ~0.5 M of them per hour of trace, no float objects kept.
-        self.ends = array("d")
-        self.macro_first: list[int] = []
-        self.macro_len: list[int] = []
+        # Doubles and int64s, not lists of Python numbers: no object kept per step.
+        self.single_ends = array("d")  # ends of the steps taken one at a time, in step order
+        self.macro_first, self.macro_len = array("q"), array("q")
+        # Macro-step m starts at clock macro_t0[m] with macro_seqs[m] sequences whose first
+        # step attends macro_ctx[m] KV positions: all macro_ends() needs to rebuild its ends.
+        self.macro_t0, self.macro_seqs, self.macro_ctx = array("d"), array("q"), array("q")
+        # Macro-steps that do not start where the one before ended (a single step, a KV
+        # import or an idle wait came between): the rest continue their predecessor's clock.
+        self.chain_starts = array("q")
         self.num_uniform = 0
         self.run_ids: list[str] = []
         self.run_starts: list[int] = []
         self.run_counts: list[int] = []
         self._open: dict[str, int] = {}  # seq_id -> uniform ordinal its open run starts at
         self._last_run: dict[str, int] = {}  # seq_id -> position of its latest step run
-        self.prefilled: list[tuple[float, Sequence]] = []
+        self.prefilled: list[Sequence] = []
+        self.prefilled_s = array("d")  # when each of prefilled was (seconds)
         self.rejected: list[Sequence] = []
         self.num_steps = 0
         self.num_macro_steps = 0
@@ -67,36 +84,84 @@ class SimEngine:
         self.max_prefill_tokens = 0
         self.max_decode_seqs = 0
 
-    def run(self, inputs: list[tuple[float, Sequence]]) -> None:
+    def run(self, ready_s: list[float], seqs: list[Sequence]) -> None:
+        """Feed seqs[i] at clock ready_s[i] (ascending) and run until all are done."""
         sched, role = self.sched, self.config.role
         waiting, running = sched.waiting, sched.running
-        macro = role != "prefill" and MIN_MACRO_STEPS < 10 ** 9
+        min_macro = MIN_MACRO_STEPS  # read once: the bench and tests set it before a run
+        plan = None if role == "prefill" or min_macro >= 10 ** 9 else (
+            sched._decode_run.plan)  # == uniform_decode_steps(), one call layer less
+        d0, d1, d2, ovh, scale = self._dec
+        plain, advance = self._plain, sched.advance_decodes
+        m_first, m_len, m_t0 = self.macro_first.append, self.macro_len.append, self.macro_t0.append
+        m_seqs, m_ctx = self.macro_seqs.append, self.macro_ctx.append
+        m_chain, chain_end = self.chain_starts.append, NO_INPUT
+        ready = [*ready_s, NO_INPUT]  # NO_INPUT ends the feeding loop without an index check
+        step = self._prefill_step if role == "prefill" else self._step
+        add = sched.add
         pending: deque[Sequence] = deque()
-        n, i, t = len(inputs), 0, 0.0
+        n, i, t = len(seqs), 0, 0.0
         while True:
-            while i < n and inputs[i][0] <= t:
-                self._feed(inputs[i][1], pending)
-                i += 1
-            imp = self._import
-            while pending and sched.add_prefilled(pending[0]):
-                seq = pending.popleft()
-                self._open[seq.seq_id] = self.num_uniform
-                if imp is not None:  # the KV import holds up the next step (none: no term)
-                    dt = imp(seq.num_computed_tokens)
-                    t += dt
-                    self.busy_s += dt
-            next_s = inputs[i][0] if i < n else float("inf")
+            if ready[i] <= t:
+                j = i
+                while ready[i] <= t:
+                    i += 1
+                if role == "decode":
+                    pending.extend(seqs[j:i])
+                else:
+                    for seq in seqs[j:i]:
+                        try:
+                            add(seq)
+                        except ValueError:  # longer than the KV cache can ever hold
+                            self.rejected.append(seq)
+            if pending:
+                t = self._admit(pending, t)
+            next_s = ready[i] if i < n else float("inf")
             if not (waiting or running):
                 if i >= n:
                     break
                 t = max(t, next_s)
                 continue
-            if macro and not waiting:  # (a waiting prompt: the next step is no uniform one)
-                k, ctx = sched.uniform_decode_steps(TOKEN)
-                if k >= MIN_MACRO_STEPS:
-                    t = self._macro(t, next_s, k, ctx)
+            if plan is not None and not waiting:  # (a waiting prompt: no uniform step next)
+                k, C = plan(TOKEN)
+                if k >= min_macro:
+                    # A macro-step (inlined: it runs at every batch change). Take up to k
+                    # uniform decode steps, stopping after the first that ends at or after
+                    # next_s (the next input joins before the step after it). c: the step's
+                    # KV positions; each sum == step_s(0, 0, B, c), bit for bit.
+                    B = len(running)
+                    x = d0 + d1 * B
+                    t0 = t
+                    if plain:
+                        for c in range(C, C + k * B, B):
+                            t += x + d2 * c
+                            if t >= next_s:
+                                break
+                    else:
+                        for c in range(C, C + k * B, B):
+                            t += (x + d2 * c + ovh) * scale
+                            if t >= next_s:
+                                break
+                    K = (c - C) // B + 1
+                    if t0 != chain_end:  # something moved the clock since the last one
+                        m_chain(self.num_macro_steps)
+                    chain_end = t
+                    self.busy_s += t - t0
+                    finished = advance(K, TOKEN)
+                    m_first(self.num_steps)
+                    m_len(K)
+                    m_t0(t0)
+                    m_seqs(B)
+                    m_ctx(C)
+                    self.num_uniform += K
+                    for seq in finished:
+                        self._close(seq.seq_id)
+                    self.num_steps += K
+                    self.num_macro_steps += 1
+                    if B > self.max_decode_seqs:
+                        self.max_decode_seqs = B
                     continue
-            stepped = self._step(t)
+            stepped = step(t)
             if stepped is None:  # nothing schedulable until something arrives
                 if i >= n:
                     self.rejected.extend(waiting)
@@ -108,46 +173,74 @@ class SimEngine:
         for seq_id in list(self._open):
             self._close(seq_id)
 
-    def _feed(self, seq: Sequence, pending: deque) -> None:
-        if self.config.role == "decode":
-            pending.append(seq)
-            return
-        try:
-            self.sched.add(seq)
-        except ValueError:  # longer than the KV cache can ever hold
-            self.rejected.append(seq)
+    def _admit(self, pending: deque, t: float) -> float:
+        """Hand prefilled sequences to the decode scheduler while it takes them; returns the
+        clock after their KV imports."""
+        add_prefilled, imp, opened = self.sched.add_prefilled, self._import, self._open
+        while pending and add_prefilled(pending[0]):
+            seq = pending.popleft()
+            opened[seq.seq_id] = self.num_uniform
+            if imp is not None:  # the KV import holds up the next step (none: no term)
+                dt = imp(seq.num_computed_tokens)
+                t += dt
+                self.busy_s += dt
+        return t
 
-    def _macro(self, t: float, next_s: float, k: int, C: int) -> float:
-        """Take up to k uniform decode steps, stopping after the first that ends at or after
-        next_s (the next input joins before the step after it). Returns the clock."""
-        B = len(self.sched.running)
-        d0, d1, d2, ovh, scale = self._dec
-        x = d0 + d1 * B
-        t0 = t
-        ends = self.ends
-        append = ends.append
-        first = len(ends)
-        for c in range(C, C + k * B, B):  # c: the step's KV positions
-            t += (x + d2 * c + ovh) * scale  # == step_s(0, 0, B, c), bit for bit
-            append(t)
-            if t >= next_s:
-                break
-        K = len(ends) - first
-        self.busy_s += t - t0
-        finished = self.sched.advance_decodes(K, TOKEN)
-        self.macro_first.append(first)
-        self.macro_len.append(K)
-        self.num_uniform += K
-        for seq in finished:
-            self._close(seq.seq_id)
-        self.num_steps += K
-        self.num_macro_steps += 1
-        if B > self.max_decode_seqs:
-            self.max_decode_seqs = B
+    def time_axis(self) -> tuple[np.ndarray, int]:
+        """(times, offset): every step's end in step order (seconds), then, from offset on,
+        the uniform steps' ends again in uniform order (the axis run starts index). Without
+        single steps the two are one array: offset 0."""
+        uniform = macro_ends(*map(np_view, (self.macro_t0, self.macro_ctx, self.macro_seqs,
+                                            self.macro_len, self.chain_starts)), self._dec)
+        if not len(self.single_ends):
+            return uniform, 0
+        ends = np.empty(self.num_steps)
+        is_single = np.ones(self.num_steps, dtype=bool)
+        is_single[self.uniform_steps()] = False
+        ends[is_single] = np.frombuffer(self.single_ends, dtype=float)
+        ends[~is_single] = uniform
+        return np.concatenate([ends, uniform]), self.num_steps
+
+    def uniform_steps(self) -> np.ndarray:
+        """Step index of each uniform ordinal: the macro-steps' step ranges, concatenated."""
+        first, length = np_view(self.macro_first), np_view(self.macro_len)
+        return np.repeat(first - (np.cumsum(length) - length), length) + np.arange(length.sum())
+
+    def _prefill_step(self, t: float) -> float | None:
+        """_step() for role 'prefill', where every step only prefills: no decode, no
+        preemption, every token a first one. Its step ends are not recorded (no token after a
+        first one is produced here)."""
+        sched = self.sched
+        batch = sched.schedule()
+        prefill = batch.prefill
+        if not prefill:
+            return None
+        Q, tokens = 0, {}
+        for c in prefill:
+            start = c.start
+            end = start + c.num_tokens
+            Q += end * end - start * start
+            if c.is_last:
+                tokens[c.seq.seq_id] = TOKEN
+        T = batch.num_prefill_tokens
+        dt = self.step_s(T, Q, 0, 0)
+        t += dt
+        self.busy_s += dt
+        self.num_steps += 1
+        if T > self.max_prefill_tokens:
+            self.max_prefill_tokens = T
+        first_s = self.first_s
+        for ev in sched.postprocess(batch, tokens):
+            first_s[ev.seq_id] = t
+        release, prefilled, ready = sched.release, self.prefilled.append, self.prefilled_s.append
+        for seq in sched.pop_prefilled():
+            release(seq)
+            prefilled(seq)
+            ready(t)
         return t
 
     def _step(self, t: float) -> float | None:
-        sched, role = self.sched, self.config.role
+        sched, role = self.sched, self.config.role  # 'mixed' or 'decode'
         batch = sched.schedule()
         prefill, decode = batch.prefill, batch.decode
         if not (prefill or decode):
@@ -164,8 +257,8 @@ class SimEngine:
         dt = self.step_s(T, Q, B, batch.num_decode_ctx_tokens)
         t += dt
         self.busy_s += dt
-        idx = len(self.ends)
-        self.ends.append(t)
+        idx = self.num_steps
+        self.single_ends.append(t)
         self.num_steps += 1
         if T > self.max_prefill_tokens:
             self.max_prefill_tokens = T
@@ -176,18 +269,13 @@ class SimEngine:
         opened = self._open
         for ev in sched.postprocess(batch, tokens):
             seq_id = ev.seq_id
-            if ev.index == 0 and role != "decode":
+            if ev.index == 0 and role == "mixed":
                 self.first_s[seq_id] = t
             else:
                 self._close(seq_id)
                 self._add_step(seq_id, idx)
                 if not ev.finished:
                     opened[seq_id] = self.num_uniform
-        if role == "prefill":
-            for seq in sched.pop_prefilled():
-                sched.release(seq)
-                self.prefilled.append((t, seq))
-            return t
         # Every running decoding sequence has an open run, also one whose recompute stopped
         # a position short of its tokens (it decodes that one next: no token sampled now).
         for c in prefill:
@@ -216,3 +304,8 @@ class SimEngine:
             self.run_ids.append(seq_id)
             self.run_starts.append(-start - 1)
             self.run_counts.append(self.num_uniform - start)
+
+
+def np_view(a: array) -> np.ndarray:
+    """An array.array's items as a NumPy array, without a copy."""
+    return np.frombuffer(a, dtype=a.typecode) if len(a) else np.zeros(0, dtype=a.typecode)

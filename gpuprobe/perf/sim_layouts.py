@@ -8,14 +8,13 @@ the prefill worker is simulated first and its output times become the decode wor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import itemgetter
 
 import numpy as np
 
 from gpuprobe.engine.scheduler import SchedulerConfig
 from gpuprobe.engine.sequence import SamplingParams, Sequence
 from gpuprobe.perf.costmodel import Profile
-from gpuprobe.perf.sim_engine import SimEngine
+from gpuprobe.perf.sim_engine import SimEngine, np_view
 
 LAYOUTS = ("monolithic", "intra", "cross")
 DEVICES = {"monolithic": 1, "intra": 1, "cross": 2}
@@ -36,7 +35,8 @@ class RawTimes:
     sees them (token_out_s included).
 
     first_s: first token per request (NaN if rejected). times_s: the decode worker's step
-    ends, then its uniform decode steps' ends again (the axis the runs index). run_owner /
+    ends, then its uniform decode steps' ends again (the axis the runs index; once only when
+    every step was a uniform one, as on a split layout's decode worker). run_owner /
     run_start / run_count (int arrays): runs of each request's later tokens, grouped by
     request, in time order within one (see sim_timeline.token_stats).
     """
@@ -68,22 +68,23 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     ovh = profile.overhead
     seqs = _sequences(prompt_tokens, output_tokens)
     in_s = ovh.request_in_s + (ovh.split_in_s if layout != "monolithic" else 0.0)
-    inputs = list(zip((arrival_s + in_s).tolist(), seqs))
+    ready_s = (arrival_s + in_s).tolist()
     if layout == "monolithic":
         eng = SimEngine(config.mixed, profile.worker(layout, "mixed"))
-        eng.run(inputs)
+        eng.run(ready_s, seqs)
         first_eng, dec = eng, eng
         stats = _stats(eng, "monolithic")
     else:
         pre = SimEngine(config.prefill, profile.worker(layout, "prefill"))
-        pre.run(inputs)
+        pre.run(ready_s, seqs)
         link, kvb = profile.link(layout), profile.kv_bytes_per_token
-        lat, bw = link.latency_s, link.bytes_per_s
-        # Link.seconds(), inlined: once per request.
-        handed = [(t + (lat + kvb * s.num_computed_tokens / bw), s) for t, s in pre.prefilled]
-        handed.sort(key=itemgetter(0))
+        tokens = np.fromiter((s.num_computed_tokens for s in pre.prefilled), np.int64,
+                             len(pre.prefilled))
+        # Link.seconds(), vectorized: the same operations as on Python numbers.
+        handed_s = np_view(pre.prefilled_s) + (link.latency_s + kvb * tokens / link.bytes_per_s)
+        order = np.argsort(handed_s, kind="stable").tolist()  # ties keep prefill order
         dec = SimEngine(config.decode, profile.worker(layout, "decode"))
-        dec.run(handed)
+        dec.run(handed_s[order].tolist(), [pre.prefilled[k] for k in order])
         first_eng = pre
         stats = {**_stats(pre, "prefill"), **_stats(dec, "decode")}
     n = len(seqs)
@@ -93,23 +94,16 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     first += ovh.token_out_s
     rejected = _ints({s.seq_id for e in {first_eng, dec} for s in e.rejected})
     first[rejected] = np.nan
-    ends = np.frombuffer(dec.ends, dtype=float) if len(dec.ends) else np.zeros(0)
-    times = np.concatenate([ends, ends[_uniform_steps(dec)]]) + ovh.token_out_s
+    times, offset = dec.time_axis()
+    times += ovh.token_out_s
     owner = _ints(dec.run_ids)
     starts = np.asarray(dec.run_starts, dtype=np.int64)
-    starts = np.where(starts >= 0, starts, len(ends) - 1 - starts)  # uniform ordinal -> axis
+    starts = np.where(starts >= 0, starts, offset - 1 - starts)  # uniform ordinal -> axis
     keep = np.flatnonzero(~np.isin(owner, rejected))
     keep = keep[np.argsort(owner[keep], kind="stable")]  # by request, time order kept
     stats["num_rejected"] = len(rejected)
     return RawTimes(first, times, owner[keep], starts[keep],
                     np.asarray(dec.run_counts, dtype=np.int64)[keep], stats)
-
-
-def _uniform_steps(eng: SimEngine) -> np.ndarray:
-    """Step index of each uniform ordinal: the macro-steps' step ranges, concatenated."""
-    first = np.asarray(eng.macro_first, dtype=np.int64)
-    length = np.asarray(eng.macro_len, dtype=np.int64)
-    return np.repeat(first - (np.cumsum(length) - length), length) + np.arange(length.sum())
 
 
 def _ints(seq_ids) -> np.ndarray:

@@ -13,6 +13,7 @@ The gap values are the very floats a per-token computation gives (same subtracti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -59,3 +60,69 @@ def token_stats(first_s: np.ndarray, times_s: np.ndarray, owner: np.ndarray,
     used = spans > 0
     return TokenStats(last, tbt_max, np.r_[axis_gap[used], boundary],
                       np.r_[spans[used], np.ones(len(boundary), dtype=np.int64)])
+
+
+def macro_ends(t0_s: np.ndarray, ctx: np.ndarray, seqs: np.ndarray, length: np.ndarray,
+               chain_starts: np.ndarray, coefs: tuple[float, float, float, float, float]
+               ) -> np.ndarray:
+    """Every step end of a worker's macro-steps, macro-step after macro-step (seconds).
+
+    Macro-step m starts at clock t0_s[m] and takes length[m] decode steps of seqs[m]
+    sequences; its step j attends c = ctx[m] + j * seqs[m] KV positions and lasts
+    ((d0 + d1 * B) + d2 * c + overhead) * scale, coefs = (d0, d1, d2, overhead, scale).
+    chain_starts: the macro-steps (ascending, 0 first) not starting where the one before
+    ended. The ends are the engine loop's very floats: the same operations on the same
+    doubles, added up one step after the other (np.add.accumulate adds in order, as the loop
+    does; a float sum depends on its order).
+    """
+    if not len(length):
+        return np.zeros(0)
+    if len(chain_starts) * 16 <= len(length):
+        return _chained(t0_s, ctx, seqs, length, chain_starts, coefs)
+    return _by_length(t0_s, ctx, seqs, length, coefs)
+
+
+def _chained(t0_s, ctx, seqs, length, chain_starts, coefs) -> np.ndarray:
+    """macro_ends() with few chains: one accumulate along each chain's steps (a macro-step
+    that starts where the one before ended continues its sum unchanged)."""
+    d0, d1, d2, ovh, scale = coefs
+    offset = np.cumsum(length) - length
+    B = np.repeat(seqs, length)
+    # Step p of macro-step m attends ctx[m] + (p - offset[m]) * B KV positions.
+    c = np.repeat(ctx - offset * seqs, length) + np.arange(len(B)) * B
+    dt = np.repeat(d0 + d1 * seqs, length) + d2 * c
+    if not (ovh == 0 and scale == 1):  # else skipped, as SimEngine skips them
+        dt = (dt + ovh) * scale
+    out = np.empty_like(dt)
+    bounds = offset[chain_starts].tolist() + [len(dt)]
+    for a, b, t0 in zip(bounds[:-1], bounds[1:], t0_s[chain_starts].tolist()):
+        dt[a] = t0 + dt[a]  # the chain's first step from its start clock: t0 += dt
+        np.add.accumulate(dt[a:b], out=out[a:b])
+    return out
+
+
+def _by_length(t0_s, ctx, seqs, length, coefs) -> np.ndarray:
+    """macro_ends() with many chains: macro-steps of one length share a 2-D array, one per
+    column, so a few NumPy calls per distinct length (at most sqrt(2 * steps) of them)."""
+    out = np.empty(int(length.sum()))
+    offset = np.cumsum(length) - length
+    order = np.argsort(length, kind="stable")
+    by_len = length[order]
+    bounds = np.flatnonzero(np.r_[True, by_len[1:] != by_len[:-1], True]).tolist()
+    for a, b in pairwise(bounds):
+        cols = order[a:b]
+        j = np.arange(by_len[a])[:, None]  # step j of each macro-step: [L, n]
+        B = seqs[cols]
+        clock = np.empty((len(j) + 1, b - a))
+        clock[0] = t0_s[cols]
+        clock[1:] = _step_s(B, ctx[cols] + j * B, coefs)
+        np.add.accumulate(clock, axis=0, out=clock)
+        out[offset[cols] + j] = clock[1:]
+    return out
+
+
+def _step_s(B: np.ndarray, c: np.ndarray, coefs) -> np.ndarray:
+    """A decode step of B sequences attending c KV positions: SimEngine.run()'s macro-step
+    formula, operation for operation (x = d0 + d1 * B; (x + d2 * c + overhead) * scale)."""
+    d0, d1, d2, ovh, scale = coefs
+    return ((d0 + d1 * B) + d2 * c + ovh) * scale
