@@ -53,17 +53,22 @@ class BlockManager:
 
     def allocate(self, seq: Sequence, num_tokens: int) -> None:
         """Grow seq.block_table to cover num_computed_tokens + num_tokens positions."""
-        n = -(-(seq.num_computed_tokens + num_tokens) // self.block_size) - len(seq.block_table)
+        table = seq.block_table
+        n = -(-(seq.num_computed_tokens + num_tokens) // self.block_size) - len(table)
         if n <= 0:
             return
         free = self._free
         if n > len(free):
             raise RuntimeError(f"{seq.seq_id}: needs {n} KV blocks, {len(free)} free")
-        # The ids, in the order, that n pops off the top of the stack would give.
-        taken = free[-n:]
+        # The ids, in the order, that n pops off the top of the stack would give: one copy
+        # (a reversed slice), and none more when the table is empty (a whole prompt's ~70
+        # ids, once per request).
+        taken = free[:-n - 1:-1]
         del free[-n:]
-        taken.reverse()
-        seq.block_table += taken
+        if table:
+            table += taken
+        else:
+            seq.block_table = taken
 
     def can_append(self, seq: Sequence) -> bool:
         """Whether a decode step (one more KV position) fits."""
@@ -77,5 +82,9 @@ class BlockManager:
             self.allocate(seq, 1)
 
     def deallocate(self, seq: Sequence) -> None:
-        self._free.extend(reversed(seq.block_table))
+        """Return seq's blocks to the stack, last block first. The old block_table list is
+        consumed (reversed in place: a copy less per request); seq gets a new empty one."""
+        table = seq.block_table
         seq.block_table = []
+        table.reverse()
+        self._free += table

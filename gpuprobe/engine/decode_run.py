@@ -142,8 +142,10 @@ class LazyRun:
         return k, B + self.sum_done + B * step - self.sum_base
 
     def advance(self, k: int, token_id: int) -> list[Sequence]:
-        """Take k planned steps; returns the members that finish on the k-th (join order,
-        which is running order), settled and no longer members."""
+        """Scheduler.advance_decodes(): take k planned steps; returns the members that finish
+        on the k-th (join order, which is running order), settled, no longer members, and
+        retired as postprocess() retires them. The simulator calls this directly: one call
+        layer less per macro-step."""
         allowed, self.allowed = self.allowed, None
         if allowed is None or allowed[1] != token_id or not 1 <= k <= allowed[0]:
             raise ValueError(f"advance_decodes({k}, {token_id}) wants a step count that "
@@ -157,6 +159,10 @@ class LazyRun:
             seq = heapq.heappop(heap)[2]
             self._leave(seq)
             finished.append(seq)
+        running, retire = self._running, self.sched._retire
+        for seq in finished:  # after every one left: the free-block order of before
+            running.remove(seq)
+            retire(seq, "length")
         return finished
 
     def _join(self, newcomers: list[Sequence]) -> bool:

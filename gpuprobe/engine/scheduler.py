@@ -19,7 +19,7 @@ from gpuprobe.engine.block_manager import BlockManager
 from gpuprobe.engine.config import ROLES, SchedulerConfig  # noqa: F401 (re-exported)
 from gpuprobe.engine.sequence import SeqStatus, Sequence
 
-FINISHED = SeqStatus.FINISHED
+FINISHED, RUNNING = SeqStatus.FINISHED, SeqStatus.RUNNING
 
 class Scheduler:
     """Continuous batching over a BlockManager; see the module docstring for the policies."""
@@ -31,6 +31,9 @@ class Scheduler:
         self.running: list[Sequence] = []  # admission order: newest last, preempted first
         self._prefilled: list[Sequence] = []  # role='prefill': done, blocks still held
         self._decode_run = decode_run.LazyRun(self)  # only ever used by the simulator
+        # Read per request (config is frozen): ceil(m / size) > num_blocks <=> m > this.
+        self._max_positions = config.num_blocks * config.block_size
+        self._role = config.role
 
     @property
     def num_waiting(self) -> int:
@@ -46,9 +49,13 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         """Queue a new request (roles 'mixed' and 'prefill')."""
-        if self.config.role == "decode":
+        role = self._role
+        if role == "decode":
             raise ValueError("a decode-role scheduler takes sequences through add_prefilled()")
-        self._check_fits(seq)
+        # _check_fits()'s test, inlined (once per simulated request); it raises.
+        if (seq.num_tokens if role == "prefill" else
+                seq.num_prompt_tokens + seq.params.max_tokens - 1) > self._max_positions:
+            self._check_fits(seq)
         self._decode_run.allowed = None  # drop(), inlined: once per simulated request
         seq.status = SeqStatus.WAITING
         self.waiting.append(seq)
@@ -60,17 +67,24 @@ class Scheduler:
         queued and tries again after a step. The caller then imports its KV into
         seq.block_table.
         """
-        if self.config.role == "prefill":
+        if self._role == "prefill":
             raise ValueError("a prefill-role scheduler does not decode")
-        if not seq.is_prefill_done or seq.block_table:
+        # The checks of is_prefill_done, _check_fits() and _can_allocate(seq, 1) in one pass
+        # over the sequence's counters (once per simulated request on a decode worker).
+        n, done = seq.num_tokens, seq.num_computed_tokens
+        if n == seq.num_prompt_tokens or done < n - 1 or seq.block_table:
             raise ValueError(f"{seq.seq_id}: add_prefilled wants a prefilled sequence "
                              f"released from its prefill scheduler, got {seq!r}")
-        self._check_fits(seq)
+        if seq.num_prompt_tokens + seq.params.max_tokens - 1 > self._max_positions:
+            self._check_fits(seq)  # raises
         # Recomputing preempted sequences comes before taking new ones.
-        if (self.waiting or len(self.running) >= self.config.max_num_seqs
-                or not self._can_allocate(seq, 1)):
+        if self.waiting or len(self.running) >= self.config.max_num_seqs:
             return False
-        self._decode_run.drop()
+        need = -(-(done + 1) // self.config.block_size)  # num_new_blocks(seq, 1): no table
+        run = self._decode_run
+        if not (need <= len(self.block_manager._free) if not run.members else run.fits(need)):
+            return False
+        run.allowed = None  # drop()
         self.block_manager.allocate(seq, 0)
         seq.status = SeqStatus.RUNNING
         self.running.append(seq)
@@ -139,11 +153,7 @@ class Scheduler:
         """Do what num_steps rounds of schedule() and postprocess() would do, right after
         uniform_decode_steps(token_id) said k >= num_steps. Returns the sequences that finished
         (on the last step; retired like postprocess() retires them). No TokenEvents."""
-        finished = self._decode_run.advance(num_steps, token_id)
-        for seq in finished:  # usually none or one
-            self.running.remove(seq)
-            self._retire(seq, "length")
-        return finished
+        return self._decode_run.advance(num_steps, token_id)
 
     def _schedule_prefill_first(self) -> Batch:
         prefill = self._admit(self.config.max_num_batched_tokens, whole=True)
@@ -179,18 +189,20 @@ class Scheduler:
         prompt longer than it still runs (alone).
         """
         chunks: list[PrefillChunk] = []
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            seq = self.waiting[0]
+        waiting, running = self.waiting, self.running  # never rebound
+        max_seqs, allocate = self.config.max_num_seqs, self.block_manager.allocate
+        while waiting and budget > 0 and len(running) < max_seqs:
+            seq = waiting[0]
             remaining = seq.num_tokens - seq.num_computed_tokens
             n = remaining if whole else min(remaining, budget)
             if whole and chunks and n > budget:
                 break
             if not self._can_allocate(seq, remaining):
                 break
-            self.block_manager.allocate(seq, remaining)
-            self.waiting.popleft()
-            seq.status = SeqStatus.RUNNING
-            self.running.append(seq)
+            allocate(seq, remaining)
+            waiting.popleft()
+            seq.status = RUNNING
+            running.append(seq)
             chunks.append(PrefillChunk(seq, seq.num_computed_tokens, n))
             budget -= n
         return chunks
@@ -234,25 +246,23 @@ class Scheduler:
 
     def _append(self, seq: Sequence, token_id: int) -> TokenEvent:
         seq.append_token(token_id)
-        reason = self._finish_reason(seq, token_id)
+        params, num_out = seq.params, seq.num_tokens - seq.num_prompt_tokens
+        # The finish reason, inline (once per sampled token). Like vLLM: ignore_eos ignores
+        # only EOS; explicit stop tokens still stop.
+        if token_id in params.stop_token_ids or (
+                not params.ignore_eos and token_id == self.config.eos_token_id):
+            reason = "stop"
+        elif num_out >= params.max_tokens:
+            reason = "length"
+        else:
+            reason = None
         if reason is not None:
             self.running.remove(seq)
             self._retire(seq, reason)
-        elif self.config.role == "prefill":
+        elif self._role == "prefill":
             self.running.remove(seq)
             self._prefilled.append(seq)
-        return TokenEvent(seq.seq_id, token_id, seq.num_tokens - seq.num_prompt_tokens - 1,
-                          reason is not None, reason)
-
-    def _finish_reason(self, seq: Sequence, token_id: int) -> str | None:
-        params = seq.params
-        # Like vLLM: ignore_eos ignores only EOS; explicit stop tokens still stop.
-        if token_id in params.stop_token_ids or (
-                not params.ignore_eos and token_id == self.config.eos_token_id):
-            return "stop"
-        if seq.num_tokens - seq.num_prompt_tokens >= params.max_tokens:
-            return "length"
-        return None
+        return TokenEvent(seq.seq_id, token_id, num_out - 1, reason is not None, reason)
 
     def _retire(self, seq: Sequence, reason: str) -> None:
         self.block_manager.deallocate(seq)
@@ -262,7 +272,10 @@ class Scheduler:
     def _can_allocate(self, seq: Sequence, num_tokens: int) -> bool:
         """BlockManager.can_allocate(), counting the blocks a lazy decode run still owes."""
         bm, run = self.block_manager, self._decode_run
-        need = bm.num_new_blocks(seq, num_tokens)
+        # num_new_blocks(), inlined (once per admission), with an if for its max(0, ...).
+        need = -(-(seq.num_computed_tokens + num_tokens) // bm.block_size) - len(seq.block_table)
+        if need < 0:  # noqa: PLR1730
+            need = 0
         return need <= len(bm._free) if not run.members else run.fits(need)
 
     def _check_fits(self, seq: Sequence) -> None:

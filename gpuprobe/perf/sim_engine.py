@@ -92,7 +92,7 @@ class SimEngine:
         plan = None if role == "prefill" or min_macro >= 10 ** 9 else (
             sched._decode_run.plan)  # == uniform_decode_steps(), one call layer less
         d0, d1, d2, ovh, scale = self._dec
-        plain, advance = self._plain, sched.advance_decodes
+        plain, advance = self._plain, sched._decode_run.advance  # == advance_decodes()
         m_first, m_len, m_t0 = self.macro_first.append, self.macro_len.append, self.macro_t0.append
         m_seqs, m_ctx = self.macro_seqs.append, self.macro_ctx.append
         m_chain, chain_end = self.chain_starts.append, NO_INPUT
