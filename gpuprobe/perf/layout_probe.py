@@ -38,6 +38,10 @@ class LayoutProbe:
         # speed probe's readings can be matched to them (speed_probe.py)
         self.calibrate_window: tuple[float, float] | None = None
         self.replay_windows: list[tuple[float, float]] = []
+        self.recheck_window: tuple[float, float] | None = None
+        self.recheck_ratio: dict[str, float | None] = {}  # worker -> steps now / at calibration
+        self.cal_steps = pd.DataFrame()      # the calibration's step records
+        self.recheck_steps = pd.DataFrame()  # the recheck's
 
     def __enter__(self) -> "LayoutProbe":
         from gpuprobe.server.launch import start_server
@@ -85,6 +89,7 @@ class LayoutProbe:
             from gpuprobe.errors import GpuprobeError
             raise GpuprobeError(f"{self.layout}: the server wrote no step records (log: {self.log})")
         self.part = from_steps(steps, reqs)
+        self.cal_steps = steps
         first_role = "mixed" if self.layout == "monolithic" else "prefill"
         self.overhead_s = front_overhead_s(cal, steps[steps["role"] == first_role])
         for role, grp in steps.groupby("role"):
@@ -93,6 +98,31 @@ class LayoutProbe:
         if len(kv):
             self.kv_bytes_per_token = int((kv["kv_handoff_bytes"] / kv["prompt_tokens"]).median())
         self.say(f"{self.layout}: calibrated ({len(steps)} steps); front end {self.overhead_s * 1e3:.1f} ms")
+
+    def recheck(self, guard=None) -> None:
+        """A short second calibration after the replays (recheck.py)."""
+        guard = guard or (lambda phase, fn: fn())
+        self.foreign_cores["recheck"] = guard(f"{self.layout} recheck", self._recheck)
+
+    def _recheck(self) -> None:
+        from gpuprobe.perf.calibrate import run_calibration
+        from gpuprobe.perf.profile import worker_key
+        from gpuprobe.perf.recheck import RECHECK, same_shape_ratio
+        from gpuprobe.store import Store
+
+        t_start = time.monotonic()
+        cal = run_calibration(self.handle.url, vocab=self.vocab, **RECHECK)
+        self.recheck_window = (t_start, time.monotonic())
+        time.sleep(FLUSH_WAIT_S)
+        with Store.open(self.db, read_only=True) as store:
+            steps = store.steps(since_s=cal["t0_s"])
+        steps = steps[steps["start_s"] <= cal["t1_s"]]
+        self.recheck_steps, self.recheck_ratio = steps, {}
+        for role, grp in steps.groupby("role"):
+            before = self.cal_steps[self.cal_steps["role"] == role]
+            self.recheck_ratio[worker_key(self.layout, role)] = same_shape_ratio(grp, before)
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in self.recheck_ratio.items() if v is not None)
+        self.say(f"{self.layout}: recheck, step time / calibration's, same shapes: {shown or '-'}")
 
     def _cpu_mark(self, label: str) -> tuple[str, float | None]:
         """(label, CPU s of the front process + this client process so far)."""

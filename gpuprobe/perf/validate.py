@@ -131,7 +131,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     order = ["monolithic"] + [x for x in opts.layouts if x != "monolithic"]
     probes, speed, capacity = {}, 1.0, None
     say = lambda m: _say(m, progress)
-    guard = PhaseGuard(time.monotonic() + opts.time_budget_s, (1 + opts.replays) * len(order),
+    guard = PhaseGuard(time.monotonic() + opts.time_budget_s, (2 + opts.replays) * len(order),
                        max_wait_s=opts.quiet_wait_s, say=say)
     with tempfile.TemporaryDirectory(prefix="gpuprobe-validate-") as tmp, \
             start_speed_probe(opts, say) as speed_probe:
@@ -149,6 +149,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                 if layout in opts.layouts:
                     probe.replay(wl.assign(arrival_s=wl["arrival_s"] / speed), guard,
                                  opts.replays)
+                    probe.recheck(guard)
             probes[layout] = probe
         drift = drift_factors(speed_probe, probes, opts)
         dump_state(wl, speed, probes, speed_probe)
@@ -164,6 +165,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     out["front_stretch"] = stretch
     out["front_cpu"] = {k: vars(p.front_cpu) for k, p in probes.items() if p.front_cpu}
     out["speed_drift"] = drift
+    out["recheck"] = {k: p.recheck_ratio for k, p in probes.items() if p.recheck_window}
     out["unadjusted"] = _unadjusted(unadjusted, measured, out["tbt_tolerance"])
     busy = {f"{k} {ph}": v for k, p in probes.items() for ph, v in p.foreign_cores.items()
             if v is not None and v >= guard.quiet}

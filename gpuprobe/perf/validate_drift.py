@@ -17,7 +17,8 @@ def dump_state(wl, speed, probes, speed_probe) -> None:
     if not path:
         return
     keep = ("part", "overhead_s", "kv_bytes_per_token", "num_blocks", "front_cpu", "replays",
-            "calibrate_window", "replay_windows", "foreign_cores")
+            "calibrate_window", "replay_windows", "foreign_cores", "recheck_window",
+            "recheck_ratio", "cal_steps", "recheck_steps")
     state = {k: {a: getattr(p, a) for a in keep} for k, p in probes.items()}
     with open(path, "wb") as fh:
         pickle.dump({"wl": wl, "speed": speed, "probes": state,
