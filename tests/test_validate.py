@@ -44,6 +44,8 @@ def test_short_validate_run_has_the_documented_shape():
     assert [set(f) for f in drift["intra"]] == [{"intra.prefill", "intra.decode"}] * 2
     assert all(0.2 < v < 5 for f in drift["monolithic"] + drift["intra"] for v in f.values())
     assert set(doc["unadjusted"]) >= {"monolithic", "intra", "best_predicted"}
+    assert set(doc["recheck"]) == {"monolithic", "intra"}
+    assert all(v is None or 0.5 <= v <= 2.0 for r in doc["recheck"].values() for v in r.values())
 
 
 def _foreign_spinner(seconds: float) -> None:
