@@ -51,7 +51,7 @@ def main() -> None:
     args = ap.parse_args()
     profile = roofline_profile("llama3-8b", "h200")
     wl, small = load_conv(args.limit), load_conv(2000)
-    print(f"| layout | simulated req/s (CPU) | steps | macro-steps | baseline req/s | speed-up |")
+    print("| layout | simulated req/s (CPU) | steps | macro-steps | baseline req/s | speed-up |")
     print("|---|---|---|---|---|---|")
     for layout in LAYOUTS:
         fast, summ = rate(wl, profile, layout, args.repeat)
