@@ -215,13 +215,8 @@ class SimEngine:
         prefill = batch.prefill
         if not prefill:
             return None
-        Q, tokens = 0, {}
-        for c in prefill:
-            start = c.start
-            end = start + c.num_tokens
-            Q += end * end - start * start
-            if c.is_last:
-                tokens[c.seq.seq_id] = TOKEN
+        tokens = {}
+        Q = _prefill_work(prefill, tokens)
         T = batch.num_prefill_tokens
         dt = self.step_s(T, Q, 0, 0)
         t += dt
@@ -245,14 +240,9 @@ class SimEngine:
         prefill, decode = batch.prefill, batch.decode
         if not (prefill or decode):
             return None
-        T, Q = batch.num_prefill_tokens, 0
+        T = batch.num_prefill_tokens
         tokens = dict.fromkeys([s.seq_id for s in decode], TOKEN)
-        for c in prefill:
-            start = c.start
-            end = start + c.num_tokens
-            Q += end * end - start * start
-            if c.is_last:
-                tokens[c.seq.seq_id] = TOKEN
+        Q = _prefill_work(prefill, tokens)
         B = len(decode)
         dt = self.step_s(T, Q, B, batch.num_decode_ctx_tokens)
         t += dt
@@ -304,6 +294,19 @@ class SimEngine:
             self.run_ids.append(seq_id)
             self.run_starts.append(-start - 1)
             self.run_counts.append(self.num_uniform - start)
+
+
+def _prefill_work(prefill, tokens: dict) -> int:
+    """Q of a step's prefill chunks (sum of (start+n)^2 - start^2, the attention work the cost
+    model charges); a TOKEN into `tokens` for each chunk that finishes its prompt."""
+    Q = 0
+    for c in prefill:
+        start = c.start
+        end = start + c.num_tokens
+        Q += end * end - start * start
+        if c.is_last:
+            tokens[c.seq.seq_id] = TOKEN
+    return Q
 
 
 def np_view(a: array) -> np.ndarray:
