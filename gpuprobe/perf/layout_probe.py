@@ -67,7 +67,6 @@ class LayoutProbe:
     def _calibrate(self) -> None:
         from gpuprobe.perf.calibrate import run_calibration
         from gpuprobe.perf.profile import from_steps, front_overhead_s, worker_key
-        from gpuprobe.store import Store
 
         marks = [self._cpu_mark("start")]
         t_start = time.monotonic()
@@ -80,11 +79,7 @@ class LayoutProbe:
         marks.append(self._cpu_mark("end"))
         self.calibrate_window = (t_start, time.monotonic())
         self.front_cpu = _front_cpu(cal, marks)
-        time.sleep(FLUSH_WAIT_S)
-        with Store.open(self.db, read_only=True) as store:
-            steps = store.steps(since_s=cal["t0_s"])
-            reqs = store.requests(source="server", since_s=cal["t0_s"])
-        steps = steps[steps["start_s"] <= cal["t1_s"]]
+        steps, reqs = self._records(cal)
         if steps.empty:
             from gpuprobe.errors import GpuprobeError
             raise GpuprobeError(f"{self.layout}: the server wrote no step records (log: {self.log})")
@@ -108,21 +103,27 @@ class LayoutProbe:
         from gpuprobe.perf.calibrate import run_calibration
         from gpuprobe.perf.profile import worker_key
         from gpuprobe.perf.recheck import RECHECK, same_shape_ratio
-        from gpuprobe.store import Store
 
         t_start = time.monotonic()
         cal = run_calibration(self.handle.url, vocab=self.vocab, **RECHECK)
         self.recheck_window = (t_start, time.monotonic())
-        time.sleep(FLUSH_WAIT_S)
-        with Store.open(self.db, read_only=True) as store:
-            steps = store.steps(since_s=cal["t0_s"])
-        steps = steps[steps["start_s"] <= cal["t1_s"]]
+        steps, _ = self._records(cal)
         self.recheck_steps, self.recheck_ratio = steps, {}
         for role, grp in steps.groupby("role"):
             before = self.cal_steps[self.cal_steps["role"] == role]
             self.recheck_ratio[worker_key(self.layout, role)] = same_shape_ratio(grp, before)
         shown = ", ".join(f"{k} {v:.2f}" for k, v in self.recheck_ratio.items() if v is not None)
         self.say(f"{self.layout}: recheck, step time / calibration's, same shapes: {shown or '-'}")
+
+    def _records(self, cal: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(steps, server requests) the server stored during calibration run `cal`."""
+        from gpuprobe.store import Store
+
+        time.sleep(FLUSH_WAIT_S)
+        with Store.open(self.db, read_only=True) as store:
+            steps = store.steps(since_s=cal["t0_s"])
+            reqs = store.requests(source="server", since_s=cal["t0_s"])
+        return steps[steps["start_s"] <= cal["t1_s"]], reqs
 
     def _cpu_mark(self, label: str) -> tuple[str, float | None]:
         """(label, CPU s of the front process + this client process so far)."""

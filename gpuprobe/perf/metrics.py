@@ -14,7 +14,6 @@ Definitions (all seconds):
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 import numpy as np

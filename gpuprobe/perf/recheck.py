@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# Enough shapes for a median per worker in ~3 s: one request at a time per prefill size,
+# Enough shapes for a median per worker in under a second of load here: one request at a
+# time per prefill size,
 # then concurrent decode bursts (the split layouts' decode worker only sees these).
 RECHECK = {"prefill_sizes": (32, 128, 512), "decode_batches": (1, 8, 32), "decode_prompts": (32,),
            "decode_tokens": 12, "reps": 1}

@@ -12,7 +12,7 @@ the spread of the worker's time from 20% to 5% (coefficient of variation) once d
     with SpeedProbe((0, 1)) as probe:
         t0 = time.monotonic(); calibrate(); t1 = time.monotonic()
         ...
-        probe.ratio((t0, t1), (r0, r1), cores=(1,))   # > 1: the replay's core was slower
+        ratio(probe.samples(), (t0, t1), (r0, r1), cores=(1,))  # > 1: the replay's core was slower
 
 Torch-free: the probe itself is a child process (it has torch); this side reads its lines.
 """
@@ -91,14 +91,6 @@ class SpeedProbe:
         with self._lock:
             return np.array(self._rows, dtype=float).reshape(-1, 3)
 
-    def slowness(self, window: tuple[float, float], cores: tuple[int, ...]) -> float | None:
-        return slowness(self.samples(), window, cores)
-
-    def ratio(self, reference: tuple[float, float], window: tuple[float, float],
-              cores: tuple[int, ...]) -> float | None:
-        """Probe time in `window` / in `reference` on `cores`; None without enough samples."""
-        return ratio(self.samples(), reference, window, cores)
-
 
 def slowness(rows: np.ndarray, window: tuple[float, float], cores: tuple[int, ...]) -> float | None:
     """Mean probe CPU seconds over `window` for a worker on `cores`: per core, the median of
@@ -123,6 +115,7 @@ def slowness(rows: np.ndarray, window: tuple[float, float], cores: tuple[int, ..
 
 def ratio(rows: np.ndarray, reference: tuple[float, float], window: tuple[float, float],
           cores: tuple[int, ...]) -> float | None:
+    """Probe time in `window` / in `reference` on `cores`; None without enough samples."""
     ref, now = slowness(rows, reference, cores), slowness(rows, window, cores)
     if ref is None or now is None or ref <= 0:
         return None

@@ -237,16 +237,21 @@ def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: Validate
     return factor, res
 
 
+def median_p50_error(rows: list[dict], layout: str) -> float | None:
+    """Median |rel error| of `layout` over the p50 metrics (issue 6's figure of merit)."""
+    errs = [abs(r["rel_error"]) for r in rows if r["layout"] == layout
+            and r["metric"] in P50_METRICS and r["rel_error"] is not None]
+    return float(np.median(errs)) if errs else None
+
+
 def _unadjusted(predicted: dict[str, dict], measured: dict[str, dict],
                 tolerance: float = TBT_TOLERANCE) -> dict:
     """Predictions without the speed-drift correction, with their errors, per layout."""
     rows = compare(predicted, measured)
     out = {}
     for layout in predicted:
-        errs = [abs(r["rel_error"]) for r in rows if r["layout"] == layout
-                and r["metric"] in P50_METRICS and r["rel_error"] is not None]
         out[layout] = {"predicted": {m: predicted[layout].get(m) for m in COMPARED},
-                       "median_abs_rel_error_p50": float(np.median(errs)) if errs else None}
+                       "median_abs_rel_error_p50": median_p50_error(rows, layout)}
     out["best_predicted"] = pick_best(predicted, tolerance)
     return out
 
@@ -299,9 +304,7 @@ def _result(rows, predicted, measured, confidence, opts, capacity, speed, profil
             tolerance: float = TBT_TOLERANCE) -> dict:
     summary = {}
     for layout in predicted:
-        errs = [abs(r["rel_error"]) for r in rows
-                if r["layout"] == layout and r["metric"] in P50_METRICS and r["rel_error"] is not None]
-        summary[layout] = {"median_abs_rel_error_p50": float(np.median(errs)) if errs else None,
+        summary[layout] = {"median_abs_rel_error_p50": median_p50_error(rows, layout),
                            "slo_attainment_predicted": predicted[layout]["slo_attainment"],
                            "slo_attainment_measured": measured[layout]["slo_attainment"]}
     best_m, best_p = pick_best(measured, tolerance), pick_best(predicted, tolerance)

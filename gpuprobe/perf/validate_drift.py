@@ -38,20 +38,13 @@ def scaled_front(front, factors: dict[str, float]):
                    cpu_per_token_s=front.cpu_per_token_s * f)
 
 
-class _NoProbe:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return None
-
-
 def start_speed_probe(opts, say):
     """A running SpeedProbe on the cores the server will use, or a context giving None."""
+    import contextlib
     import os
 
     if not opts.speed_probe or opts.device != "cpu" or not hasattr(os, "sched_getaffinity"):
-        return _NoProbe()
+        return contextlib.nullcontext()
     from gpuprobe.perf.speed_probe import SpeedProbe
 
     cores = tuple(dict(opts.server_opts).get("cores") or sorted(os.sched_getaffinity(0)))
