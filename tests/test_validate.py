@@ -9,7 +9,9 @@ pytest.importorskip("gpuprobe.workloads.replay", reason="replay not available")
 
 
 @pytest.mark.timeout(150)
-def test_short_validate_run_has_the_documented_shape():
+def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch):
+    import pickle
+
     import pandas as pd
 
     from gpuprobe.perf.metrics import Slo
@@ -25,6 +27,7 @@ def test_short_validate_run_has_the_documented_shape():
                            calibration=(("prefill_sizes", (16, 32, 64, 128, 256)), ("reps", 1),
                                         ("decode_batches", (1, 2, 4, 8, 16)), ("decode_prompts", (32,)),
                                         ("decode_tokens", 8)))
+    monkeypatch.setenv("GPUPROBE_VALIDATE_DUMP", str(tmp_path / "dump.pkl"))
     out = run_validate(wl, opts, progress=False)
     doc = json.loads(json.dumps({k: v for k, v in out.items() if k != "profile"}, default=float))
     assert {"rows", "best_measured", "best_predicted", "slo"} <= set(doc)
@@ -46,6 +49,15 @@ def test_short_validate_run_has_the_documented_shape():
     assert set(doc["unadjusted"]) >= {"monolithic", "intra", "best_predicted"}
     assert set(doc["recheck"]) == {"monolithic", "intra"}
     assert all(v is None or 0.5 <= v <= 2.0 for r in doc["recheck"].values() for v in r.values())
+    # the dump holds what the predictions were made from, and every step the servers took
+    with open(tmp_path / "dump.pkl", "rb") as fh:
+        dump = pickle.load(fh)
+    assert len(dump["wl"]) == 16 and set(dump["probes"]) == {"monolithic", "intra"}
+    steps = dump["probes"]["intra"]["all_steps"]
+    assert set(steps["role"]) == {"prefill", "decode"}
+    r = dump["probes"]["intra"]["replays"][0]
+    during = steps[(steps["start_s"] >= r["arrival_s"].min()) & (steps["start_s"] <= r["finish_s"].max())]
+    assert set(during["role"]) == {"prefill", "decode"}  # the replay's own steps are there
 
 
 def _foreign_spinner(seconds: float) -> None:
