@@ -86,10 +86,15 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({k: v for k, v in out.items() if k != "profile"}, default=float))
         return 0
-    print(f"{'layout':<11} {'metric':<17} {'predicted':>10} {'measured':>10} {'rel_error':>9}")
+    spread = out.get("measured_spread", {})
+    print(f"{'layout':<11} {'metric':<17} {'predicted':>10} {'measured':>10} {'rel_error':>9} "
+          f"{'replay spread':>13}")
     for r in out["rows"]:
+        sp = spread.get(r["layout"], {}).get(r["metric"])
         print(f"{r['layout']:<11} {r['metric']:<17} {_fmt(r['predicted']):>10} "
-              f"{_fmt(r['measured']):>10} {_fmt(r['rel_error']):>9}")
+              f"{_fmt(r['measured']):>10} {_fmt(r['rel_error']):>9} "
+              f"{'-' if sp is None else f'{sp:.0%}':>13}")
+    print("replay spread: (max - min) / median of the measured figure over the replays")
     for layout, s in out["summary"].items():
         print(f"{layout}: median |rel error| over p50 metrics {_fmt(s['median_abs_rel_error_p50'])}; "
               f"SLO attainment predicted {_fmt(s['slo_attainment_predicted'])}, "
