@@ -170,8 +170,9 @@ def test_killed_worker_fails_its_requests_and_server_recovers(server):
     assert r["error"] is not None and r["chunks"] < 1500
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        resp = requests.post(server.url + "/v1/completions", json={"prompt": [1], "max_tokens": 2},
-                          timeout=30)
+        # ignore_eos: the tiny model samples its end token now and then (about 1 in 260)
+        resp = requests.post(server.url + "/v1/completions", timeout=30,
+                             json={"prompt": [1], "max_tokens": 2, "ignore_eos": True})
         if resp.status_code == 200:
             break
         time.sleep(0.5)
