@@ -33,13 +33,14 @@ def test_nan_p99_and_empty():
     assert pick_best({"intra": s(0.5, float("nan")), "cross": s(0.5, 0.02)}) == "cross"
 
 
-def test_replay_spread_is_the_range_over_the_median_per_metric():
-    from gpuprobe.perf.validate import replay_spread
+
+def test_replay_range_is_min_and_max_per_metric():
+    from gpuprobe.perf.validate import replay_range
 
     runs = [{"ttft_p50_s": 0.5, "tbt_p50_s": 0.004}, {"ttft_p50_s": 0.6, "tbt_p50_s": float("nan")},
             {"ttft_p50_s": 0.8, "tbt_p50_s": 0.004}]
-    out = replay_spread({"intra": runs, "cross": runs[:1]})
-    assert abs(out["intra"]["ttft_p50_s"] - (0.8 - 0.5) / 0.6) < 1e-12
-    assert out["intra"]["tbt_p50_s"] is None      # a replay without the figure: no spread
+    out = replay_range({"intra": runs, "cross": runs[:1]})
+    assert out["intra"]["ttft_p50_s"] == [0.5, 0.8]
+    assert out["intra"]["tbt_p50_s"] is None      # a replay without the figure: no range
     assert out["intra"]["throughput_tok_s"] is None
     assert all(v is None for v in out["cross"].values())  # one replay: nothing to compare

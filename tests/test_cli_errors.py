@@ -28,6 +28,7 @@ CASES = [
     (["serve", "--prefill-share", "1.5", "--layout", "intra"], "prefill"),
     (["simulate", "--workload", "azure-conv", "--profile", "{tmp}/missing.json"], "missing.json"),
     (["validate", "--workload", "azure-conv", "--load", "-1"], "--load"),
+    (["validate", "--workload", "azure-conv", "--plot", "{tmp}/no/such/dir/v.html"], "--plot"),
     (["replay", "--workload", "azure-conv", "--target", "ftp://x"], "--target"),
     (["synth", "--name", "s", "--rate", "-2"], "rate"),
     (["agent", "--duration", "soon"], "duration"),

@@ -103,18 +103,17 @@ def median_summary(summaries: list[dict]) -> dict:
     return out
 
 
-def replay_spread(per_replay: dict[str, list[dict]]) -> dict[str, dict[str, float | None]]:
-    """{layout: {metric: (max - min) / median over its replays}}: how far one replay's figure
-    is from another's, the measurement's own precision to set each rel_error against
-    (None with one replay or a missing value)."""
+def replay_range(per_replay: dict[str, list[dict]]) -> dict[str, dict[str, list[float] | None]]:
+    """{layout: {metric: [min, max] over its replays}}: how far one replay's figure lies from
+    another's, the measurement's own precision to read each rel_error against (None with one
+    replay or a missing value)."""
     out = {}
     for layout, runs in per_replay.items():
         out[layout] = {}
         for m in COMPARED:
             v = [s.get(m) for s in runs]
             ok = len(v) > 1 and all(isinstance(x, float) and np.isfinite(x) for x in v)
-            med = float(np.median(v)) if ok else 0.0
-            out[layout][m] = float((max(v) - min(v)) / med) if ok and med > 0 else None
+            out[layout][m] = [float(min(v)), float(max(v))] if ok else None
     return out
 
 
@@ -176,7 +175,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     rows = compare(predicted, measured)
     out = _result(rows, predicted, measured, confidence, opts, capacity, speed, profile,
                   time.time() - t_start, len(wl), tbt_tolerance(per_replay))
-    out["measured_spread"] = replay_spread(per_replay)
+    out["measured_range"] = replay_range(per_replay)
     out["foreign_cores"] = {k: p.foreign_cores for k, p in probes.items()}
     out["front_stretch"] = stretch
     out["front_cpu"] = {k: vars(p.front_cpu) for k, p in probes.items() if p.front_cpu}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 NAME = "validate"
 HELP = "profile the reference server, replay a workload per layout, compare with the simulator"
@@ -35,6 +36,9 @@ def add_arguments(p) -> None:
                    help="do not correct for the CPU cores' own speed drift between calibration "
                         "and replay (a probe process times a tiny engine run on each core)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--plot", metavar="PATH", default=None,
+                   help="also write predicted against measured, per layout and metric, as an "
+                        "HTML plot (measured with its range over the replays)")
 
 
 def _options(args):
@@ -55,6 +59,9 @@ def _options(args):
         raise UserError(f"--rate must be > 0, got {args.rate}")
     if args.replays < 1:
         raise UserError(f"--replays must be >= 1, got {args.replays}")
+    plot_dir = os.path.dirname(os.path.abspath(args.plot)) if getattr(args, "plot", None) else None
+    if plot_dir and not os.path.isdir(plot_dir):  # say so now, not after minutes of replays
+        raise UserError(f"--plot: directory {plot_dir} does not exist")
     if args.limit < 2:
         raise UserError(f"--limit must be >= 2, got {args.limit}")
     return ValidateOptions(model=args.model, layouts=layouts, load=args.load, rate_rps=args.rate,
@@ -83,14 +90,19 @@ def run(args) -> int:
     opts = _options(args)
     wl = load_named_workload(args.store, args.workload)
     out = run_validate(wl, opts, progress=True)
+    if args.plot:
+        from gpuprobe.perf.validate_plot import write_plot
+
+        write_plot(out, args.plot)
     if args.json:
         print(json.dumps({k: v for k, v in out.items() if k != "profile"}, default=float))
         return 0
-    spread = out.get("measured_spread", {})
+    ranges = out.get("measured_range", {})
     print(f"{'layout':<11} {'metric':<17} {'predicted':>10} {'measured':>10} {'rel_error':>9} "
           f"{'replay spread':>13}")
     for r in out["rows"]:
-        sp = spread.get(r["layout"], {}).get(r["metric"])
+        span = ranges.get(r["layout"], {}).get(r["metric"])
+        sp = (span[1] - span[0]) / r["measured"] if span and r["measured"] else None
         print(f"{r['layout']:<11} {r['metric']:<17} {_fmt(r['predicted']):>10} "
               f"{_fmt(r['measured']):>10} {_fmt(r['rel_error']):>9} "
               f"{'-' if sp is None else f'{sp:.0%}':>13}")
