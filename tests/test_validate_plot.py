@@ -60,3 +60,24 @@ def test_cli_writes_the_plot_and_prints_the_replay_spread(tmp_path, monkeypatch,
     table = capsys.readouterr().out
     mono_ttft = next(ln for ln in table.splitlines() if ln.startswith("monolithic  ttft_p50_s"))
     assert mono_ttft.split()[-1] == "40%"  # (0.03 - 0.02) / 0.025
+
+
+def test_a_plot_that_cannot_be_written_keeps_the_printed_results(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    import pytest
+
+    import gpuprobe.perf.validate as validate
+    from gpuprobe.cli.commands import validate as cmd
+    from gpuprobe.errors import UserError
+
+    monkeypatch.setattr(validate, "run_validate", lambda wl, opts, progress=True: _out())
+    monkeypatch.setattr(cmd, "load_named_workload", lambda store, name: None)
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    (tmp_path / "taken").mkdir()  # a directory where the file should go
+    args = p.parse_args(["--workload", "x", "--json", "--plot", str(tmp_path / "taken")])
+    args.store = None
+    with pytest.raises(UserError, match="--plot: cannot write"):
+        cmd.run(args)
+    assert '"best_measured": "intra"' in capsys.readouterr().out  # the JSON went out first

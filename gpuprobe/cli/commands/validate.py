@@ -90,13 +90,22 @@ def run(args) -> int:
     opts = _options(args)
     wl = load_named_workload(args.store, args.workload)
     out = run_validate(wl, opts, progress=True)
-    if args.plot:
-        from gpuprobe.perf.validate_plot import write_plot
-
-        write_plot(out, args.plot)
     if args.json:
         print(json.dumps({k: v for k, v in out.items() if k != "profile"}, default=float))
-        return 0
+    else:
+        _print_table(out)
+    if args.plot:  # after the results are out: a plot that cannot be written loses nothing
+        from gpuprobe.errors import UserError
+        from gpuprobe.perf.validate_plot import write_plot
+
+        try:
+            write_plot(out, args.plot)
+        except OSError as exc:
+            raise UserError(f"--plot: cannot write {args.plot}: {exc.strerror or exc}") from exc
+    return 0
+
+
+def _print_table(out: dict) -> None:
     ranges = out.get("measured_range", {})
     print(f"{'layout':<11} {'metric':<17} {'predicted':>10} {'measured':>10} {'rel_error':>9} "
           f"{'replay spread':>13}")
@@ -122,4 +131,3 @@ def run(args) -> int:
         print(f"best_predicted without the speed correction: {out['unadjusted']['best_predicted']}")
     for note in out.get("notes", []):
         print(note)
-    return 0
