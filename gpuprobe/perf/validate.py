@@ -309,9 +309,8 @@ def tbt_tolerance(per_replay: dict[str, list[dict]]) -> float:
     """How far apart two layouts' p99 TBTs must be to count as different: the largest
     spread (max / min - 1) between one layout's own replays, at least TBT_TOLERANCE, at most
     1. Measured here: 9-43% on one run, and 2.1x for one layout on a bursty trace."""
-    spread = [max(v) / min(v) - 1.0 for v in
-              ([s.get("tbt_p99_s") for s in runs] for runs in per_replay.values())
-              if len(v) > 1 and all(isinstance(x, float) and x > 0 for x in v)]
+    spans = (r["tbt_p99_s"] for r in replay_range(per_replay).values())
+    spread = [hi / lo - 1.0 for lo, hi in filter(None, spans) if lo > 0]
     return float(min(1.0, max([TBT_TOLERANCE, *spread])))
 
 

@@ -13,6 +13,8 @@ def dump_state(wl, speed, probes, speed_probe) -> None:
     import os
     import pickle
 
+    from gpuprobe.store import Store
+
     path = os.environ.get("GPUPROBE_VALIDATE_DUMP")
     if not path:
         return
@@ -20,8 +22,6 @@ def dump_state(wl, speed, probes, speed_probe) -> None:
             "calibrate_window", "replay_windows", "foreign_cores", "recheck_window",
             "recheck_ratio", "cal_steps", "recheck_steps")
     state = {k: {a: getattr(p, a) for a in keep} for k, p in probes.items()}
-    from gpuprobe.store import Store
-
     for k, p in probes.items():  # every step the server took, replays included (diagnosis)
         with Store.open(p.db, read_only=True) as store:
             state[k]["all_steps"] = store.steps()

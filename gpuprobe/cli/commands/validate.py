@@ -59,7 +59,7 @@ def _options(args):
         raise UserError(f"--rate must be > 0, got {args.rate}")
     if args.replays < 1:
         raise UserError(f"--replays must be >= 1, got {args.replays}")
-    plot_dir = os.path.dirname(os.path.abspath(args.plot)) if getattr(args, "plot", None) else None
+    plot_dir = os.path.dirname(os.path.abspath(args.plot)) if args.plot else None
     if plot_dir and not os.path.isdir(plot_dir):  # say so now, not after minutes of replays
         raise UserError(f"--plot: directory {plot_dir} does not exist")
     if args.limit < 2:
