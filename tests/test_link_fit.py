@@ -24,3 +24,49 @@ def test_too_few_handoffs_give_no_link_and_one_size_gives_latency_only():
                                  "kv_handoff_bytes": [1e5] * 4}))
     assert one.latency_s == pytest.approx(np.percentile([0.004, 0.005, 0.02, 0.03], 10))
     assert one.bytes_per_s >= 1e12
+
+
+def test_receive_cpu_fit_recovers_per_request_and_per_token_costs():
+    from gpuprobe.perf.profile_fit import recv_fit
+
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(1, 800, 300).astype(float)
+    cpu = (0.0006 + 4e-6 * tokens) * rng.lognormal(0, 0.1, 300)  # noisy, never negative
+    cpu[::25] *= 5  # a few receives preempted mid-way: medians must hold
+    r0, r1 = recv_fit(pd.DataFrame({"prompt_tokens": tokens, "kv_recv_cpu_s": cpu}))
+    assert r0 == pytest.approx(0.0006, rel=0.25) and r1 == pytest.approx(4e-6, rel=0.15)
+    # no receive column (intra, other servers) or too few rows: no receive term
+    assert recv_fit(pd.DataFrame({"prompt_tokens": tokens})) == (0.0, 0.0)
+    assert recv_fit(pd.DataFrame({"prompt_tokens": [5.0, 6.0], "kv_recv_cpu_s": [1e-3, 1e-3]})) == (0.0, 0.0)
+    # one size only: a flat cost
+    one = recv_fit(pd.DataFrame({"prompt_tokens": [64.0] * 5, "kv_recv_cpu_s": [1e-3, 2e-3, 1e-3, 1e-3, 9e-3]}))
+    assert one == (pytest.approx(1e-3), 0.0)
+
+
+def test_receive_cost_reaches_the_cross_decode_worker_and_its_admissions():
+    from gpuprobe.perf.costmodel import StepCost
+    from gpuprobe.perf.profile import from_steps
+
+    steps = []
+    t = 0.0
+    for layout in ("intra", "cross"):
+        for role in ("prefill", "decode"):
+            for i in range(12):
+                B = 1 + i % 6
+                steps.append({"layout": layout, "role": role, "start_s": t, "duration_s": 0.002 + 1e-4 * B,
+                              "num_prefill_tokens": 64 * B if role == "prefill" else 0,
+                              "num_prefill_seqs": B if role == "prefill" else 0,
+                              "num_decode_seqs": B if role == "decode" else 0,
+                              "num_decode_ctx_tokens": 100 * B if role == "decode" else 0})
+                t += 0.01
+    tokens = np.tile([16.0, 64.0, 256.0, 512.0], 5)
+    reqs = pd.DataFrame({"layout": ["cross"] * 20 + ["intra"] * 20, "prompt_tokens": np.r_[tokens, tokens],
+                         "kv_handoff_s": 0.01, "kv_handoff_bytes": np.r_[tokens, tokens] * 2048,
+                         "kv_recv_cpu_s": np.r_[0.0005 + 3e-6 * tokens, [np.nan] * 20]})
+    workers = from_steps(pd.DataFrame(steps), reqs)["workers"]
+    cross, intra = workers["cross.decode"], workers["intra.decode"]
+    assert cross.recv_s == pytest.approx(0.0005, rel=0.01) and cross.recv_per_token_s == pytest.approx(3e-6, rel=0.01)
+    assert intra.recv_s == 0.0 and intra.recv_per_token_s == 0.0
+    admit = cross.import_fn()(100)
+    assert admit == pytest.approx(cross.import_s + cross.import_per_token_s * 100 + 0.0008, rel=0.01)
+    assert StepCost.from_dict(cross.to_dict()) == cross

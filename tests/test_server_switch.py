@@ -64,4 +64,8 @@ def test_switch_three_times_under_load(tmp_path):
     assert set(reqs.layout) == {"monolithic", "intra", "cross"}
     split = reqs[reqs.layout != "monolithic"]
     assert (split.kv_handoff_bytes > 0).all() and (split.kv_handoff_s > 0).all()
+    # cross's receive thread reports its CPU per request; intra receives inside the loop
+    cross = reqs[reqs.layout == "cross"]
+    assert (cross.kv_recv_cpu_s > 0).all() and (cross.kv_recv_cpu_s < 1.0).all()
+    assert reqs[reqs.layout == "intra"].kv_recv_cpu_s.isna().all()
     assert list(events.to_layout) == ["monolithic", "intra", "cross", "monolithic"]

@@ -191,3 +191,25 @@ def test_locked_store_gives_clear_error(tmp_path):
         holder.close()
     with Store.open(path) as store:
         assert len(store.samples("power_w")) == 0
+
+
+def test_migration_from_version_2_adds_kv_recv_cpu_and_keeps_requests(tmp_path):
+    from gpuprobe.store.schema import MIGRATIONS
+    from gpuprobe.store.connection import _statements
+    path = tmp_path / "v2.db"
+    conn = sqlite3.connect(path)
+    for script in MIGRATIONS[:2]:
+        for stmt in _statements(script):
+            conn.execute(stmt)
+    conn.execute("INSERT INTO meta VALUES ('app', 'gpuprobe'), ('schema_version', '2')")
+    conn.execute("INSERT INTO requests (source, request_id, arrival_s, prompt_tokens, kv_handoff_bytes)"
+                 " VALUES ('server', 'old', 1.0, 12, 24576)")
+    conn.commit()
+    conn.close()
+    with Store.open(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        store.insert_requests([{"source": "server", "request_id": "new", "arrival_s": 2.0,
+                                "kv_handoff_bytes": 2048, "kv_recv_cpu_s": 0.0007}])
+        reqs = store.requests().set_index("request_id")
+        assert reqs.loc["old", "kv_handoff_bytes"] == 24576 and pd.isna(reqs.loc["old", "kv_recv_cpu_s"])
+        assert reqs.loc["new", "kv_recv_cpu_s"] == pytest.approx(0.0007)

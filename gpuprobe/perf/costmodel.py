@@ -46,6 +46,12 @@ class StepCost:
     # copy into the cache) holds up the running batch: import_s + import_per_token_s * tokens.
     import_s: float = 0.0
     import_per_token_s: float = 0.0
+    # Cross decode worker only: its receive thread reads and deserializes each handed-off KV
+    # beside the loop, on the loop's cores (recv_s + recv_per_token_s * tokens of that thread's
+    # CPU). The step records cannot show it, so it is fitted from the requests' kv_recv_cpu_s
+    # and charged like the import.
+    recv_s: float = 0.0
+    recv_per_token_s: float = 0.0
 
     def step_fn(self):
         """A fast scalar function (T, Q, B, C) -> seconds, for the simulator's hot loop."""
@@ -74,8 +80,9 @@ class StepCost:
 
     def import_fn(self):
         """(prompt tokens) -> seconds the worker's clock advances to admit one handed-off
-        request (times scale); None when the profile has no import term."""
-        i0, i1, s = self.import_s, self.import_per_token_s, self.scale
+        request, import plus receive (times scale); None when the profile has neither."""
+        i0, i1, s = (self.import_s + self.recv_s, self.import_per_token_s + self.recv_per_token_s,
+                     self.scale)
         if not (i0 or i1):
             return None
         return lambda tokens: (i0 + i1 * tokens) * s
@@ -91,7 +98,8 @@ class StepCost:
                 "mixed_factor": self.mixed_factor, "mixed_source": self.mixed_source,
                 "step_overhead_s": self.step_overhead_s, "scale": self.scale,
                 "threads": self.threads, "reasons": list(self.reasons),
-                "import_s": self.import_s, "import_per_token_s": self.import_per_token_s}
+                "import_s": self.import_s, "import_per_token_s": self.import_per_token_s,
+                "recv_s": self.recv_s, "recv_per_token_s": self.recv_per_token_s}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepCost":
@@ -102,7 +110,9 @@ class StepCost:
                    scale=float(d.get("scale", 1.0)), threads=d.get("threads"),
                    reasons=tuple(d.get("reasons", ())),
                    import_s=float(d.get("import_s", 0.0)),
-                   import_per_token_s=float(d.get("import_per_token_s", 0.0)))
+                   import_per_token_s=float(d.get("import_per_token_s", 0.0)),
+                   recv_s=float(d.get("recv_s", 0.0)),
+                   recv_per_token_s=float(d.get("recv_per_token_s", 0.0)))
 
 
 @dataclass(frozen=True)

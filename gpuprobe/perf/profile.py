@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,7 @@ from gpuprobe.perf.calibrate import client_decode_points, client_prefill_points
 from gpuprobe.perf.costmodel import (DECODE_TERMS, PREFILL_TERMS, Overhead, Profile, StepCost,
                                      kv_link_defaults)
 from gpuprobe.perf.fit import least_squares
-from gpuprobe.perf.profile_fit import fit_link, fit_worker
+from gpuprobe.perf.profile_fit import fit_link, fit_worker, recv_fit
 
 
 def worker_key(layout: str, role: str) -> str:
@@ -59,6 +60,10 @@ def from_steps(steps: pd.DataFrame, requests: pd.DataFrame | None = None,
             link = fit_link(requests[requests["layout"] == layout])
             if link is not None:
                 links[layout] = link
+        if "cross.decode" in workers:
+            r0, r1 = recv_fit(requests[requests["layout"] == "cross"])
+            workers["cross.decode"] = replace(workers["cross.decode"], recv_s=r0,
+                                              recv_per_token_s=r1)
     return {"workers": workers, "links": links}
 
 

@@ -140,6 +140,28 @@ def import_fit(steps: pd.DataFrame, gap0: float, per_token: float) -> tuple[floa
     return max(0.0, float(i0)), max(0.0, float(rest[0])) if rest else 0.0
 
 
+def recv_fit(requests: pd.DataFrame) -> tuple[float, float]:
+    """(s per request, s per prompt token) of receive-thread CPU per handed-off KV, from the
+    requests' kv_recv_cpu_s: medians per half-octave of prompt length, then least squares.
+    (0, 0) without such rows (intra receives in the loop, so its steps' gaps hold that cost)."""
+    if "kv_recv_cpu_s" not in requests.columns:
+        return 0.0, 0.0
+    r = requests.dropna(subset=["kv_recv_cpu_s", "prompt_tokens"])
+    if len(r) < 3:
+        return 0.0, 0.0
+    tokens = r["prompt_tokens"].to_numpy(float).clip(min=1)
+    xs, ys = _medians(np.round(2 * np.log2(tokens))[:, None], r["kv_recv_cpu_s"].to_numpy(float),
+                      tokens[:, None])
+    if len(xs) < 2:
+        return float(ys[0]), 0.0
+    fit = least_squares(np.c_[np.ones(len(xs)), xs[:, 0]], ys, ("1", "tokens"), xs[:, 0],
+                        "KV receive")
+    r0, r1 = fit.coef
+    if r1 < 0:  # no growth with size seen: a flat cost
+        return float(np.median(ys)), 0.0
+    return max(0.0, float(r0)), float(r1)
+
+
 def step_gap_s(steps: pd.DataFrame) -> float:
     """Median time between one step's end and the next one's start while the worker is busy.
 

@@ -3,7 +3,8 @@
 PipeHandoff (intra): the KV tensors travel through a multiprocessing Pipe; torch's
 multiprocessing reductions move their storage to shared memory and pass a handle, so the
 bytes are copied once into shared memory, not through the pipe.
-TcpHandoff (cross): the KV is serialized and sent over TCP in chunks (kv_transfer).
+TcpHandoff (cross): the KV is serialized and sent over TCP in chunks (kv_transfer); a
+receive thread in the decode worker reads and deserializes it, and records its CPU time.
 Both: send(meta, kv) on the prefill side; receive_ready() -> [(meta, kv)] on the decode side.
 """
 
@@ -111,10 +112,15 @@ class TcpHandoff:
                     if not head:
                         return
                     sock.settimeout(IO_TIMEOUT_S)
+                    cpu0 = time.thread_time()
                     meta, payload = kv_transfer.recv_message(sock)
                 except (OSError, kv_transfer.TransferError):
                     return
-                self._ready.put((meta, kv_transfer.load_payload(payload)))
+                kv = kv_transfer.load_payload(payload)
+                # This thread's CPU for the message: work done beside the decode loop, on its
+                # cores, which the loop's own step records do not show.
+                meta["kv_recv_cpu_s"] = time.thread_time() - cpu0
+                self._ready.put((meta, kv))
                 os.write(self._wake_w, b"x")
 
     def receive_ready(self) -> list:

@@ -28,6 +28,7 @@ class Tracked:
     prefill_end_s: float | None = None
     kv_handoff_s: float | None = None
     kv_handoff_bytes: int | None = None
+    kv_recv_cpu_s: float | None = None  # cross: the decode worker's receive-thread CPU
     token_times_s: list[float] = field(default_factory=list)
     done: bool = False
     status: str = "ok"

@@ -154,7 +154,7 @@ class Router:
             token_times_s=t.token_times_s, dispatch_s=t.dispatch_s,
             prefill_start_s=t.prefill_start_s, prefill_end_s=t.prefill_end_s,
             kv_handoff_s=t.kv_handoff_s, kv_handoff_bytes=t.kv_handoff_bytes,
-            finish_s=finish_s, status=status, error=error))
+            kv_recv_cpu_s=t.kv_recv_cpu_s, finish_s=finish_s, status=status, error=error))
         self.metrics.on_finish(finish_s - t.arrival_s, status)
         if t.layout is not None:
             self._maybe_stop(t.layout)
@@ -176,6 +176,7 @@ class Router:
                 return
             t.owner = w.worker_id
             t.kv_handoff_s, t.kv_handoff_bytes = msg[2]["kv_handoff_s"], msg[2]["kv_handoff_bytes"]
+            t.kv_recv_cpu_s = msg[2].get("kv_recv_cpu_s")
             self.metrics.on_handoff(t.kv_handoff_s)
         elif kind == "error":
             t = self.requests.get(msg[1])

@@ -157,7 +157,8 @@ class WorkerLoop:
             self.requests[meta["rid"]] = meta
             self.conn.send(("adopted", meta["rid"], {
                 "kv_handoff_s": done_s - meta["handoff_start_s"],
-                "kv_handoff_bytes": meta.get("kv_bytes")}))
+                "kv_handoff_bytes": meta.get("kv_bytes"),
+                "kv_recv_cpu_s": meta.get("kv_recv_cpu_s")}))
         self.pending = still
 
 

@@ -104,6 +104,13 @@ CREATE TABLE samples_10s (
 CREATE TABLE series_rollup (series_id INTEGER PRIMARY KEY, until_s REAL NOT NULL);
 """
 
+# Version 3: the CPU time a cross decode worker's receive thread spent on a request's KV
+# (reading the socket, deserializing): it runs beside the decode loop on the same cores, so the
+# performance model charges it to the decode worker. NULL for other layouts and older rows.
+_V3 = """
+ALTER TABLE requests ADD COLUMN kv_recv_cpu_s REAL;
+"""
+
 ROLLUP_S = 10.0
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
