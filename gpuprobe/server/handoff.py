@@ -3,8 +3,8 @@
 PipeHandoff (intra): the KV tensors travel through a multiprocessing Pipe; torch's
 multiprocessing reductions move their storage to shared memory and pass a handle, so the
 bytes are copied once into shared memory, not through the pipe.
-TcpHandoff (cross): the KV is serialized and sent over TCP in chunks (kv_transfer); a
-receive thread in the decode worker reads and deserializes it, and records its CPU time.
+TcpHandoff (cross): the KV is sent over TCP in chunks as raw bytes (kv_transfer); a receive
+thread in the decode worker reads it into one buffer, and records its CPU time.
 Both: send(meta, kv) on the prefill side; receive_ready() -> [(meta, kv)] on the decode side.
 """
 
@@ -78,8 +78,8 @@ class TcpHandoff:
     def send(self, meta: dict, kv) -> None:
         if self._sock is None:
             self._sock = self._connect()
-        payload = kv_transfer.dump_payload(_map_tensors(kv, lambda t: t.detach().to("cpu")))
-        kv_transfer.send_message(self._sock, {**meta, "kv_bytes": kv_nbytes(kv)}, payload)
+        fmt, payload = kv_transfer.dump_payload(_map_tensors(kv, lambda t: t.detach().to("cpu")))
+        kv_transfer.send_message(self._sock, {**meta, **fmt, "kv_bytes": kv_nbytes(kv)}, payload)
 
     def _connect(self):
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
@@ -114,9 +114,9 @@ class TcpHandoff:
                     sock.settimeout(IO_TIMEOUT_S)
                     cpu0 = time.thread_time()
                     meta, payload = kv_transfer.recv_message(sock)
+                    kv = kv_transfer.load_payload(payload, meta)
                 except (OSError, kv_transfer.TransferError):
                     return
-                kv = kv_transfer.load_payload(payload)
                 # This thread's CPU for the message: work done beside the decode loop, on its
                 # cores, which the loop's own step records do not show.
                 meta["kv_recv_cpu_s"] = time.thread_time() - cpu0

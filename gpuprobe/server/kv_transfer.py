@@ -1,9 +1,13 @@
 """Prefill -> decode KV handoff over TCP for the cross layout: framed, chunked, with timeouts.
 
 A message is: 8-byte big-endian header length, a JSON header (request id, token ids,
-sampling params, first token, payload size), then the KV payload sent in CHUNK_BYTES pieces.
-The payload is whatever ModelRunner.export_kv returned, serialized with torch.save, so this
-module does not depend on the KV layout. Only cross-layout workers import it (torch is there).
+sampling params, first token, payload size, payload format), then the KV payload sent in
+CHUNK_BYTES pieces. A single tensor (what ModelRunner.export_kv returns) goes as its raw bytes,
+its dtype and shape in the header, and comes back as a view of the received buffer: no
+serializer on either side. torch.save/torch.load cost the decode worker about 0.6 ms per
+request in deserializing alone, on the core its decode loop runs on (bench/kv_transfer_bench.py).
+Anything else falls back to torch.save, so this module does not depend on the KV layout. Only
+cross-layout workers import it (torch is there).
 """
 
 from __future__ import annotations
@@ -30,21 +34,50 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def dump_payload(kv) -> bytes:
+def dump_payload(kv) -> tuple[dict, bytes | memoryview]:
+    """(header fields, payload) for kv: raw bytes for one tensor, torch.save otherwise."""
     import torch
 
+    if isinstance(kv, torch.Tensor):
+        t = kv.detach().to("cpu").contiguous()
+        raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b""
+        return ({"kv_format": "raw", "kv_dtype": str(t.dtype).removeprefix("torch."),
+                 "kv_shape": list(t.shape)}, memoryview(raw).cast("B") if len(raw) else raw)
     buf = io.BytesIO()
     torch.save(kv, buf)
-    return buf.getvalue()
+    return {"kv_format": "torch"}, buf.getvalue()
 
 
-def load_payload(data: bytes | bytearray | memoryview):
+def load_payload(data: bytes | bytearray | memoryview, header: dict | None = None):
+    """The KV of a received message; raises TransferError when the payload does not match its
+    header. A raw tensor is a view of `data` (a bytearray from recv_message: writable)."""
     import torch
 
-    return torch.load(io.BytesIO(data), weights_only=True)
+    header = header or {}
+    if header.get("kv_format") != "raw":  # "torch", or a peer that predates the raw format
+        try:
+            return torch.load(io.BytesIO(data), weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad payload
+            raise TransferError(f"payload is not a torch.save stream: {exc}") from exc
+    dtype = getattr(torch, str(header.get("kv_dtype")), None)
+    shape = header.get("kv_shape")
+    if not isinstance(dtype, torch.dtype) or not isinstance(shape, list) \
+            or not all(isinstance(n, int) and n >= 0 for n in shape):
+        raise TransferError(f"raw KV header: bad kv_dtype {header.get('kv_dtype')!r} or "
+                            f"kv_shape {shape!r}")
+    numel = 1
+    for n in shape:
+        numel *= n
+    want = numel * dtype.itemsize
+    if len(data) != want:
+        raise TransferError(f"raw KV payload: {len(data)} bytes, kv_shape {shape} of "
+                            f"{header['kv_dtype']} needs {want}")
+    if not want:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(data, dtype=torch.uint8).view(dtype).view(shape)
 
 
-def send_message(sock: socket.socket, header: dict, payload: bytes) -> int:
+def send_message(sock: socket.socket, header: dict, payload: bytes | memoryview) -> int:
     """Send one framed message; returns payload bytes sent. Socket timeouts raise TransferError."""
     head = json.dumps({**header, "payload_bytes": len(payload)}).encode()
     try:
