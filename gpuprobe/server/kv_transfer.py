@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import socket
 import struct
 
@@ -65,10 +66,7 @@ def load_payload(data: bytes | bytearray | memoryview, header: dict | None = Non
             or not all(isinstance(n, int) and n >= 0 for n in shape):
         raise TransferError(f"raw KV header: bad kv_dtype {header.get('kv_dtype')!r} or "
                             f"kv_shape {shape!r}")
-    numel = 1
-    for n in shape:
-        numel *= n
-    want = numel * dtype.itemsize
+    want = math.prod(shape) * dtype.itemsize
     if len(data) != want:
         raise TransferError(f"raw KV payload: {len(data)} bytes, kv_shape {shape} of "
                             f"{header['kv_dtype']} needs {want}")
