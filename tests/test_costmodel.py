@@ -120,24 +120,3 @@ def test_front_load_goes_to_busy_time_and_to_the_idle_core():
     flipped = busy_stretch(f, 25.0, 1, {"p": 0.1, "d": 0.5}, pinned=True)
     assert flipped["d"] == 1.0 and flipped["p"] > 1.0
     assert busy_stretch(FrontCpu(), 25.0, 1, {"p": 0.5, "d": 0.1}, pinned=True) == {"p": 1.0, "d": 1.0}
-
-
-def test_step_gap_intercept_is_not_set_by_a_size_seen_once():
-    """A prefill worker's gaps: 27 single-prompt hand-overs at ~3 ms, 23 six-prompt ones at
-    ~16 ms, and one 32-prompt hand-over at 18 ms. Each per-size median counts by its steps,
-    so the intercept every step pays stays near what the single-prompt gaps say."""
-    import pandas as pd
-
-    from gpuprobe.perf.profile_fit import step_gap_fit
-
-    rng = np.random.default_rng(5)
-    rows, t = [], 0.0
-    for k, n, gap in ((1, 27, 0.0032), (6, 23, 0.0167), (32, 1, 0.018)):
-        for _ in range(n):
-            rows.append({"start_s": t, "duration_s": 0.01, "num_prefill_tokens": 64 * k,
-                         "num_prefill_seqs": k, "num_decode_seqs": 0, "role": "prefill"})
-            t += 0.01 + gap * rng.uniform(0.95, 1.05)
-    g0, g1 = step_gap_fit(pd.DataFrame(rows))
-    assert 0.0 <= g0 < 0.002 and g1 == pytest.approx(0.0027, rel=0.2)
-    # unweighted, the one 32-prompt gap pulled the intercept to 8 ms: every step paid it
-    assert g0 + g1 < 0.0045

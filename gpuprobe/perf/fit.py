@@ -65,8 +65,7 @@ def fixed(terms: tuple[str, ...], coef: tuple[float, ...], source: str,
 
 def least_squares(X: np.ndarray, y: np.ndarray, terms: tuple[str, ...], sizes: np.ndarray,
                   what: str, nonneg: bool = True, min_distinct: int = MIN_DISTINCT_SIZES,
-                  min_r2: float = MIN_R2, relative: bool = False,
-                  weights: np.ndarray | None = None) -> Fit:
+                  min_r2: float = MIN_R2, relative: bool = False) -> Fit:
     """Fit y = X @ coef. X: [n, len(terms)]; y: [n] seconds; sizes: [n] the x-size per point.
 
     nonneg: coefficients are physical times per unit, so a negative one (noise on a term that
@@ -74,7 +73,6 @@ def least_squares(X: np.ndarray, y: np.ndarray, terms: tuple[str, ...], sizes: n
     relative: minimise relative rather than absolute residuals (rows weighted by 1/y), so a
     1 ms step is fitted as well as a 100 ms one: served workloads are mostly small steps, and
     an absolute fit lets the few largest calibration sizes decide the intercept.
-    weights: per-row weights (inverse variances), e.g. the number of steps behind a median.
     """
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float)
@@ -84,8 +82,6 @@ def least_squares(X: np.ndarray, y: np.ndarray, terms: tuple[str, ...], sizes: n
     active = list(range(len(terms)))
     coef = np.zeros(len(terms))
     w = 1.0 / np.maximum(np.abs(y), 1e-9) if relative else np.ones(len(y))
-    if weights is not None:
-        w = w * np.sqrt(np.asarray(weights, dtype=float))  # rows scaled by sqrt(weight)
     while active:
         sol, *_ = np.linalg.lstsq(X[:, active] * w[:, None], y * w, rcond=None)
         if not nonneg or (sol >= 0).all() or len(active) == 1:

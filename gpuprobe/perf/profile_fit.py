@@ -71,19 +71,17 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
     return cost
 
 
-def _medians(keys: np.ndarray, y: np.ndarray, x: np.ndarray | None = None,
-             counts: bool = False):
-    """Group rows by `keys`; per group the median of `x` (default: the keys) and of y (and,
-    with counts=True, the number of rows in the group)."""
+def _medians(keys: np.ndarray, y: np.ndarray, x: np.ndarray | None = None):
+    """Group rows by `keys`; per group the median of `x` (default: the keys) and of y."""
     x = keys if x is None else x
     if len(y) == 0:
-        return (x[:0].astype(float), y[:0]) + ((np.zeros(0),) if counts else ())
+        return x[:0].astype(float), y[:0]
     _, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.ravel()
     groups = range(inv.max() + 1)
     xs = np.array([np.median(x[inv == g], axis=0) for g in groups], dtype=float)
     ys = np.array([np.median(y[inv == g]) for g in groups], dtype=float)
-    return (xs, ys) + ((np.bincount(inv).astype(float),) if counts else ())
+    return xs, ys
 
 
 def step_gap_fit(steps: pd.DataFrame) -> tuple[float, float]:
@@ -105,18 +103,11 @@ def step_gap_fit(steps: pd.DataFrame) -> tuple[float, float]:
         busy &= B[1:] <= B[:-1]
     if busy.sum() < 3:
         return 0.0, 0.0
-    xs, ys, n = _medians(np.c_[n_out[busy]], gaps[busy], counts=True)
-    # A size seen once or twice (one large burst's hand-over) is no size's median, and far out
-    # it sets the intercept every step pays: one prefill worker's came out 8 ms where its 27
-    # single-prompt gaps had a median of 3.2 ms. So the line goes through sizes of >= 3 steps
-    # when two or more have that many, each weighted by its steps.
-    solid = n >= 3
-    if solid.sum() >= 2:
-        xs, ys, n = xs[solid], ys[solid], n[solid]
-    elif len(xs) < 3:
+    xs, ys = _medians(np.c_[n_out[busy]], gaps[busy])
+    if len(xs) < 3:
         return float(np.median(gaps[busy])), 0.0
     fit = least_squares(np.c_[np.ones(len(xs)), xs[:, 0]], ys, ("1", "tokens"), xs[:, 0],
-                        "step gap", weights=n)
+                        "step gap")
     return float(fit.coef[0]), float(fit.coef[1])
 
 
