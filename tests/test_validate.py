@@ -45,6 +45,8 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch):
     assert doc["best_predicted"] in ("monolithic", "intra")
     assert doc["best_measured"] == doc["tied_measured"][0]
     assert doc["tbt_tolerance"] >= 0.15
+    pool = doc["tbt_pool"]["intra"]  # what the pooled TBT figures are made of
+    assert pool["tbt_gaps"] > 0 and 0 < pool["tbt_first_share"] <= 1
     # the speed probe read both layouts' cores around each kept replay
     drift = doc["speed_drift"]
     assert [set(f) for f in drift["intra"]] == [{"intra.prefill", "intra.decode"}] * 2

@@ -125,6 +125,29 @@ def gaps_from_token_times(token_times: list[list[float]]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
+def first_gap_shares(token_times: list[list[float]]) -> dict:
+    """What pooled TBT percentiles are made of. A request's first gap (first token to second)
+    is unlike its later ones: on a split layout it holds the KV hand-over and the decode
+    worker's admission, on a monolithic one the wait behind other prompts' prefills. When
+    outputs are short, those gaps are a large share of the pool and decide the p99.
+
+    {'tbt_gaps': gaps pooled, 'tbt_first_share': share that are a request's first gap,
+    'tbt_p99_first_share': share of first gaps among the gaps at or above the p99} (NaN
+    shares without gaps)."""
+    first, later = [], []
+    for t in token_times:
+        if t is not None and len(t) > 1:
+            g = np.diff(np.asarray(t, dtype=float))
+            first.append(g[0])
+            later.append(g[1:])
+    gaps = np.concatenate([np.asarray(first), *later]) if first else np.zeros(0)
+    if not len(gaps):
+        return {"tbt_gaps": 0, "tbt_first_share": float("nan"), "tbt_p99_first_share": float("nan")}
+    top = np.flatnonzero(gaps >= np.percentile(gaps, 99))
+    return {"tbt_gaps": int(len(gaps)), "tbt_first_share": len(first) / len(gaps),
+            "tbt_p99_first_share": float(np.mean(top < len(first)))}
+
+
 SIMPLER_FIRST = ("monolithic", "intra", "cross")  # fewer devices and moving parts first
 TBT_TOLERANCE = 0.15  # p99 TBTs closer than this (relative) count as equal
 

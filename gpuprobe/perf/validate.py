@@ -28,6 +28,7 @@ from gpuprobe.errors import GpuprobeError, UserError
 from gpuprobe.perf.metrics import (
     Slo,
     aggregate,
+    first_gap_shares,
     gaps_from_token_times,
     per_request,
     TBT_TOLERANCE,
@@ -90,7 +91,7 @@ def measured_summary(records: pd.DataFrame, slo: Slo, devices: int) -> dict:
     last = np.array([a + t[-1] if t else np.nan for a, t in zip(arrival, tt)])
     n = np.array([len(t) for t in tt])
     req = per_request(arrival, first, last, n)
-    return aggregate(req, gaps_from_token_times(tt), slo, devices)
+    return {**aggregate(req, gaps_from_token_times(tt), slo, devices), **first_gap_shares(tt)}
 
 
 def median_summary(summaries: list[dict]) -> dict:
@@ -176,6 +177,8 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     out = _result(rows, predicted, measured, confidence, opts, capacity, speed, profile,
                   time.time() - t_start, len(wl), tbt_tolerance(per_replay))
     out["measured_range"] = replay_range(per_replay)
+    out["tbt_pool"] = {k: {m: s.get(m) for m in ("tbt_gaps", "tbt_first_share", "tbt_p99_first_share")}
+                       for k, s in measured.items()}
     out["foreign_cores"] = {k: p.foreign_cores for k, p in probes.items()}
     out["front_stretch"] = stretch
     out["front_cpu"] = {k: vars(p.front_cpu) for k, p in probes.items() if p.front_cpu}

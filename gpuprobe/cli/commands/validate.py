@@ -105,6 +105,10 @@ def run(args) -> int:
     return 0
 
 
+def _pct(v) -> str:
+    return "-" if v is None or v != v else f"{v:.0%}"
+
+
 def _print_table(out: dict) -> None:
     ranges = out.get("measured_range", {})
     print(f"{'layout':<11} {'metric':<17} {'predicted':>10} {'measured':>10} {'rel_error':>9} "
@@ -129,5 +133,12 @@ def _print_table(out: dict) -> None:
               f"without this correction the median |rel error| would be {_fmt(unadj)}")
     if out.get("speed_drift"):
         print(f"best_predicted without the speed correction: {out['unadjusted']['best_predicted']}")
+    pool = out.get("tbt_pool") or {}
+    if pool:
+        print("tbt pool (measured): " + "; ".join(
+            f"{k} {p['tbt_gaps']:.0f} gaps, {_pct(p['tbt_first_share'])} of them a request's "
+            f"first ({_pct(p['tbt_p99_first_share'])} of those at or above p99)"
+            for k, p in pool.items())
+            + " (a first gap holds the KV hand-over on a split layout)")
     for note in out.get("notes", []):
         print(note)
