@@ -30,3 +30,30 @@ def test_measured_summary_carries_the_pool():
     s = measured_summary(rec, Slo(), 1)
     assert s["tbt_gaps"] == 4  # the failed request's tokens are not pooled
     assert math.isclose(s["tbt_first_share"], 0.5)
+
+
+def test_server_tbt_reads_the_replay_window_from_a_real_store(tmp_path):
+    from gpuprobe.perf.server_tbt import median_over_replays, server_tbt
+    from gpuprobe.store import Store
+
+    db = tmp_path / "server.db"
+    with Store.open(db) as store:
+        store.insert_requests([
+            # in the replay: gaps 10, 20 ms and 5 ms
+            {"source": "server", "request_id": "a", "arrival_s": 100.0, "status": "ok",
+             "token_times": [0.01, 0.02, 0.04]},
+            {"source": "server", "request_id": "b", "arrival_s": 100.5, "status": "ok",
+             "token_times": [0.01, 0.015]},
+            # calibration, long before the replay: left out
+            {"source": "server", "request_id": "c", "arrival_s": 50.0, "status": "ok",
+             "token_times": [0.0, 1.0]},
+            # in the window but failed: left out
+            {"source": "server", "request_id": "d", "arrival_s": 100.2, "status": "error",
+             "token_times": [0.0, 2.0]},
+        ])
+    replay = pd.DataFrame({"arrival_s": [100.0, 100.5], "finish_s": [100.05, 100.52]})
+    (r,) = server_tbt(str(db), [replay])
+    assert r["tbt_gaps"] == 3
+    assert math.isclose(r["tbt_p50_s"], 0.010, abs_tol=1e-9)
+    assert r["tbt_p99_s"] < 0.021
+    assert median_over_replays([r, {**r, "tbt_p50_s": 0.03}])["tbt_p50_s"] == 0.02

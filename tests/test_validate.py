@@ -47,6 +47,10 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch):
     assert doc["tbt_tolerance"] >= 0.15
     pool = doc["tbt_pool"]["intra"]  # what the pooled TBT figures are made of
     assert pool["tbt_gaps"] > 0 and 0 < pool["tbt_first_share"] <= 1
+    # the same gaps as the front stamped them: every replay's tokens found in the server's rows
+    at_server = doc["server_tbt"]["intra"]
+    assert at_server["tbt_gaps"] == pool["tbt_gaps"]
+    assert 0 < at_server["tbt_p50_s"] <= at_server["tbt_p99_s"]
     # the speed probe read both layouts' cores around each kept replay
     drift = doc["speed_drift"]
     assert [set(f) for f in drift["intra"]] == [{"intra.prefill", "intra.decode"}] * 2

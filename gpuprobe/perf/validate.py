@@ -35,6 +35,7 @@ from gpuprobe.perf.metrics import (
     pick_best,
     tied_best,
 )
+from gpuprobe.perf.server_tbt import median_over_replays, server_tbt
 from gpuprobe.perf.sim_layouts import DEVICES, LayoutConfig
 from gpuprobe.perf.validate_drift import (
     drift_factors,
@@ -168,6 +169,8 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
             probes[layout] = probe
         drift = drift_factors(speed_probe, probes, opts)
         dump_state(wl, speed, probes, speed_probe)
+        at_server = {k: median_over_replays(server_tbt(probes[k].db, probes[k].replays))
+                     for k in opts.layouts}
     profile, predicted, confidence, stretch = predict_layouts(wl, probes, speed, opts, drift)
     unadjusted = predict_layouts(wl, probes, speed, opts)[1] if drift else predicted
     per_replay = {layout: [measured_summary(r, opts.slo, DEVICES[layout]) for r in probes[layout].replays]
@@ -177,6 +180,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     out = _result(rows, predicted, measured, confidence, opts, capacity, speed, profile,
                   time.time() - t_start, len(wl), tbt_tolerance(per_replay))
     out["measured_range"] = replay_range(per_replay)
+    out["server_tbt"] = at_server
     out["tbt_pool"] = {k: {m: s.get(m) for m in ("tbt_gaps", "tbt_first_share", "tbt_p99_first_share")}
                        for k, s in measured.items()}
     out["foreign_cores"] = {k: p.foreign_cores for k, p in probes.items()}

@@ -133,6 +133,10 @@ def _print_table(out: dict) -> None:
               f"without this correction the median |rel error| would be {_fmt(unadj)}")
     if out.get("speed_drift"):
         print(f"best_predicted without the speed correction: {out['unadjusted']['best_predicted']}")
+    at_server = out.get("server_tbt") or {}
+    if at_server:
+        print("tbt at the server's front (the load client's reading left out): " + "; ".join(
+            f"{k} p50 {_fmt(v['tbt_p50_s'])} p99 {_fmt(v['tbt_p99_s'])}" for k, v in at_server.items()))
     pool = out.get("tbt_pool") or {}
     if pool:
         print("tbt pool (measured): " + "; ".join(
