@@ -7,7 +7,7 @@ import pytest
 
 from gpuprobe.cli.main import main
 from gpuprobe.perf.profile import from_store, load_profile
-from gpuprobe.perf.profile_fit import fit_worker
+from gpuprobe.perf.profile_fit import fit_worker, step_gap_fit
 from gpuprobe.store import Store
 
 
@@ -117,3 +117,33 @@ def test_batched_prefills_and_per_token_gaps_are_fitted():
     step = w.step_fn()(256, 4 * 64 ** 2, 0, 0) - w.step_overhead_s
     assert step == pytest.approx(a + b * 256 + c * 4 * 64 ** 2 + 4 * (e + g), rel=1e-3)
     assert w.decode.coef == pytest.approx((d0, d1 + g, d2), rel=1e-3)
+
+
+def test_waiting_for_the_next_prompt_is_not_loop_overhead():
+    """A prefill worker fed one prompt at a time waits a client round trip between steps; with
+    the server's request rows that wait is told from the loop's own gap."""
+    import pandas as pd
+    g0, g, roundtrip = 3e-4, 1e-4, 4e-3
+    steps, reqs, t = [], [], 0.0
+    for i in range(12):  # one-at-a-time sweep: the next prompt arrives after the round trip
+        d = 0.003 + 0.001 * (i % 4)
+        steps.append(dict(layout="intra", role="prefill", start_s=t, duration_s=d,
+                          num_prefill_tokens=64 * (1 + i % 4), num_prefill_seqs=1,
+                          num_decode_seqs=0, num_decode_ctx_tokens=0))
+        reqs.append(dict(arrival_s=t - 1e-4, prefill_start_s=t))
+        t += d + g0 + g + roundtrip
+    for burst in range(3):  # bursts: k prompts arrived at once, steps back to back
+        arrival = t - 1e-4
+        for k in (2, 3, 4, 5):
+            d = 0.004 * k
+            steps.append(dict(layout="intra", role="prefill", start_s=t, duration_s=d,
+                              num_prefill_tokens=64 * k, num_prefill_seqs=k,
+                              num_decode_seqs=0, num_decode_ctx_tokens=0))
+            reqs += [dict(arrival_s=arrival, prefill_start_s=t)] * k
+            t += d + g0 + g * k
+        t += 0.01  # idle until the next burst (over the 20 ms cut: not counted anyway)
+    s, r = pd.DataFrame(steps), pd.DataFrame(reqs)
+    gap0, per = step_gap_fit(s, r)
+    assert gap0 == pytest.approx(g0, rel=1e-6) and per == pytest.approx(g, rel=1e-6)
+    blind = step_gap_fit(s)  # without the rows the round trips count as loop gaps
+    assert blind[0] != pytest.approx(g0, rel=0.5) or blind[1] != pytest.approx(g, rel=0.5)

@@ -41,6 +41,7 @@ class LayoutProbe:
         self.recheck_window: tuple[float, float] | None = None
         self.recheck_ratio: dict[str, float | None] = {}  # worker -> steps now / at calibration
         self.cal_steps = pd.DataFrame()      # the calibration's step records
+        self.cal_requests = pd.DataFrame()   # ... and the server's request rows
         self.recheck_steps = pd.DataFrame()  # the recheck's
 
     def __enter__(self) -> "LayoutProbe":
@@ -84,7 +85,7 @@ class LayoutProbe:
             from gpuprobe.errors import GpuprobeError
             raise GpuprobeError(f"{self.layout}: the server wrote no step records (log: {self.log})")
         self.part = from_steps(steps, reqs)
-        self.cal_steps = steps
+        self.cal_steps, self.cal_requests = steps, reqs
         first_role = "mixed" if self.layout == "monolithic" else "prefill"
         self.overhead_s = front_overhead_s(cal, steps[steps["role"] == first_role])
         for role, grp in steps.groupby("role"):

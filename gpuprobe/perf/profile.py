@@ -53,7 +53,7 @@ def from_steps(steps: pd.DataFrame, requests: pd.DataFrame | None = None,
     workers = {}
     for (layout, role), grp in steps.groupby(["layout", "role"], dropna=False):
         key = worker_key(str(layout), str(role))
-        workers[key] = fit_worker(grp, key, (threads or {}).get(key))
+        workers[key] = fit_worker(grp, key, (threads or {}).get(key), requests)
     links = {}
     if requests is not None and len(requests) and "layout" in requests.columns:
         for layout in ("intra", "cross"):

@@ -23,8 +23,11 @@ from gpuprobe.perf.fit import least_squares
 STEP_COLS = ("duration_s", "num_prefill_tokens", "num_decode_seqs", "num_decode_ctx_tokens")
 
 
-def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = None) -> StepCost:
-    """StepCost from one worker's steps (columns STEP_COLS, plus start_s for the overhead)."""
+def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = None,
+               requests: pd.DataFrame | None = None) -> StepCost:
+    """StepCost from one worker's steps (columns STEP_COLS, plus start_s for the overhead);
+    requests: the server's request rows of the same run, which tell a busy gap from an idle
+    one (step_gap_fit)."""
     missing = [c for c in STEP_COLS if c not in steps.columns]
     if missing:
         raise ValueError(f"{what}: step records lack {missing}")
@@ -52,7 +55,7 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
     Xd, yd = _medians(np.c_[B[dec], c_bin], y[dec], np.c_[B[dec], C[dec]])
     decode = least_squares(np.c_[np.ones(len(yd)), Xd[:, 0], Xd[:, 1]], yd,
                            DECODE_TERMS, Xd[:, 0], f"{what} decode", relative=True)
-    gap0, per_token = step_gap_fit(steps)
+    gap0, per_token = step_gap_fit(steps, requests)
     # Handing each token to the front (postprocess, pickling, the pipe) happens between steps:
     # it is charged per decoding sequence (d1) and per prompt (e, else a), in step-time units.
     pc = list(prefill.coef)
@@ -84,10 +87,15 @@ def _medians(keys: np.ndarray, y: np.ndarray, x: np.ndarray | None = None):
     return xs, ys
 
 
-def step_gap_fit(steps: pd.DataFrame) -> tuple[float, float]:
+def step_gap_fit(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> tuple[float, float]:
     """(fixed s, s per token out) of the gap after a busy step, from per-size medians.
 
     Tokens out of a step: its decoding sequences plus its prefills (each gives a first token).
+    A gap before a step that only prefills counts only when its prompts had reached the server
+    before the gap began (requests: arrival_s and prefill_start_s, the start of the step that
+    took them): otherwise the worker was idle, waiting for them. In calibration's one-at-a-time
+    prefill sweep that wait is the client's round trip, and counted as loop overhead it made
+    one intra prefill worker's 7.5 ms against 2-4 ms between the replays' back-to-back steps.
     """
     if "start_s" not in steps.columns or len(steps) < 3:
         return 0.0, 0.0
@@ -101,6 +109,7 @@ def step_gap_fit(steps: pd.DataFrame) -> tuple[float, float]:
         # before a step that grew the batch are left out of the per-token slope.
         B = s["num_decode_seqs"].fillna(0).to_numpy(float)
         busy &= B[1:] <= B[:-1]
+    busy &= _inputs_waiting(s, requests)
     if busy.sum() < 3:
         return 0.0, 0.0
     xs, ys = _medians(np.c_[n_out[busy]], gaps[busy])
@@ -109,6 +118,24 @@ def step_gap_fit(steps: pd.DataFrame) -> tuple[float, float]:
     fit = least_squares(np.c_[np.ones(len(xs)), xs[:, 0]], ys, ("1", "tokens"), xs[:, 0],
                         "step gap")
     return float(fit.coef[0]), float(fit.coef[1])
+
+
+def _inputs_waiting(s: pd.DataFrame, requests: pd.DataFrame | None) -> np.ndarray:
+    """Per gap between consecutive steps of s (sorted by start_s): False when the next step
+    only prefills and none of its prompts had arrived when the gap began; True otherwise, and
+    everywhere without request rows to tell."""
+    n = len(s) - 1
+    if (requests is None or not len(requests) or n < 1
+            or not {"arrival_s", "prefill_start_s"} <= set(requests.columns)):
+        return np.ones(max(n, 0), dtype=bool)
+    r = requests.dropna(subset=["arrival_s", "prefill_start_s"])
+    first_arrival = r.groupby("prefill_start_s")["arrival_s"].min()
+    start = s["start_s"].to_numpy()
+    end = start + s["duration_s"].to_numpy()
+    arrived = first_arrival.reindex(start[1:]).to_numpy()  # NaN: no request started there
+    prefill_only = (s["num_decode_seqs"].fillna(0).to_numpy()[1:] == 0)
+    idle = prefill_only & (np.nan_to_num(arrived, nan=-np.inf) > end[:-1])
+    return ~idle
 
 
 def import_fit(steps: pd.DataFrame, gap0: float, per_token: float) -> tuple[float, float]:

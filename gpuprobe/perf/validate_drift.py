@@ -20,7 +20,7 @@ def dump_state(wl, speed, probes, speed_probe) -> None:
         return
     keep = ("part", "overhead_s", "kv_bytes_per_token", "num_blocks", "front_cpu", "replays",
             "calibrate_window", "replay_windows", "foreign_cores", "recheck_window",
-            "recheck_ratio", "cal_steps", "recheck_steps")
+            "recheck_ratio", "cal_steps", "cal_requests", "recheck_steps")
     state = {k: {a: getattr(p, a) for a in keep} for k, p in probes.items()}
     for k, p in probes.items():  # every step the server took, replays included (diagnosis)
         with Store.open(p.db, read_only=True) as store:
