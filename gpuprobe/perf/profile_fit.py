@@ -93,9 +93,9 @@ def step_gap_fit(steps: pd.DataFrame, requests: pd.DataFrame | None = None) -> t
     Tokens out of a step: its decoding sequences plus its prefills (each gives a first token).
     A gap before a step that only prefills counts only when its prompts had reached the server
     before the gap began (requests: arrival_s and prefill_start_s, the start of the step that
-    took them): otherwise the worker was idle, waiting for them. In calibration's one-at-a-time
-    prefill sweep that wait is the client's round trip, and counted as loop overhead it made
-    one intra prefill worker's 7.5 ms against 2-4 ms between the replays' back-to-back steps.
+    took them): otherwise the worker was idle, waiting for them (the client's round trip in
+    calibration's one-at-a-time sweep; the next arrival in served traffic, where such waits
+    of a few ms are most of the gaps).
     """
     if "start_s" not in steps.columns or len(steps) < 3:
         return 0.0, 0.0
