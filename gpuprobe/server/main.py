@@ -14,7 +14,7 @@ import uuid
 from aiohttp import web
 
 from gpuprobe.server.app import ServerApp
-from gpuprobe.server.front_model import load_front_model
+from gpuprobe.server.front_model import freeze_startup_heap, load_front_model
 from gpuprobe.server.metrics import ServerMetrics
 from gpuprobe.server.options import LayoutConfig, ServeOptions
 from gpuprobe.server.router import Router
@@ -28,6 +28,7 @@ async def serve(opts: ServeOptions, layout: LayoutConfig, host: str, port: int,
                 grace_s: float = 10.0) -> None:
     model = load_front_model(opts.model, opts.kv_cache_mb, opts.block_size, opts.device,
                              opts.model_overrides)
+    freeze_startup_heap()  # no full collection walks the tokenizer while tokens stream
     run_id = f"serve-{uuid.uuid4().hex[:12]}"
     host_name = socket.gethostname()
     telemetry = TelemetryWriter(store_path, run_id, host_name, {
