@@ -33,7 +33,8 @@ def test_measured_summary_carries_the_pool():
 
 
 def test_server_tbt_reads_the_replay_window_from_a_real_store(tmp_path):
-    from gpuprobe.perf.server_tbt import median_over_replays, server_tbt
+    from gpuprobe.perf.server_tbt import server_tbt
+    from gpuprobe.perf.validate import median_summary
     from gpuprobe.store import Store
 
     db = tmp_path / "server.db"
@@ -56,4 +57,4 @@ def test_server_tbt_reads_the_replay_window_from_a_real_store(tmp_path):
     assert r["tbt_gaps"] == 3
     assert math.isclose(r["tbt_p50_s"], 0.010, abs_tol=1e-9)
     assert r["tbt_p99_s"] < 0.021
-    assert median_over_replays([r, {**r, "tbt_p50_s": 0.03}])["tbt_p50_s"] == 0.02
+    assert median_summary([r, {**r, "tbt_p50_s": 0.03}])["tbt_p50_s"] == 0.02

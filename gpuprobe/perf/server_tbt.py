@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pandas as pd
 
 from gpuprobe.perf.metrics import gaps_from_token_times, tbt_summary
@@ -38,8 +37,3 @@ def server_tbt(db_path: str, replays: list[pd.DataFrame]) -> list[dict]:
         out.append({"tbt_p50_s": s["tbt_p50_s"], "tbt_p99_s": s["tbt_p99_s"], "tbt_gaps": int(len(gaps))})
     return out
 
-
-def median_over_replays(per_replay: list[dict]) -> dict:
-    keys = ("tbt_p50_s", "tbt_p99_s", "tbt_gaps")
-    return {k: float(np.nanmedian([r[k] for r in per_replay])) if per_replay else float("nan")
-            for k in keys}

@@ -35,7 +35,7 @@ from gpuprobe.perf.metrics import (
     pick_best,
     tied_best,
 )
-from gpuprobe.perf.server_tbt import median_over_replays, server_tbt
+from gpuprobe.perf.server_tbt import server_tbt
 from gpuprobe.perf.sim_layouts import DEVICES, LayoutConfig
 from gpuprobe.perf.validate_drift import (
     drift_factors,
@@ -169,7 +169,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
             probes[layout] = probe
         drift = drift_factors(speed_probe, probes, opts)
         dump_state(wl, speed, probes, speed_probe)
-        at_server = {k: median_over_replays(server_tbt(probes[k].db, probes[k].replays))
+        at_server = {k: median_summary(server_tbt(probes[k].db, probes[k].replays))
                      for k in opts.layouts}
     profile, predicted, confidence, stretch = predict_layouts(wl, probes, speed, opts, drift)
     unadjusted = predict_layouts(wl, probes, speed, opts)[1] if drift else predicted
