@@ -8,20 +8,29 @@ import logging
 import os
 
 log = logging.getLogger("gpuprobe.server")
-SM_GRANULARITY = 8  # green contexts hand out SMs in groups (8 on Hopper)
+_KEEP: list = []  # a fallback green context; released only at exit (it owns the stream)
 
 
-def partition_cuda(sm_share: float) -> str:
-    """Restrict this process to about sm_share of the GPU's SMs; returns what was done.
+def partition_cuda(role: str, sm_share: float) -> str:
+    """Restrict this process to its side of a disjoint split of the GPU's SMs; returns what was
+    done, for the layout's status.
 
-    Green contexts (torch.cuda.green_contexts, beta) when torch has them; otherwise the MPS
-    percentage set before CUDA initialised (effective only when an MPS daemon runs).
+    1. green_partition (the driver's green contexts through cuda.bindings): disjoint sides.
+    2. torch.cuda.green_contexts (beta): sm_share of the SMs, but both workers get the same
+       first SMs, so the sides overlap; said so in the result.
+    3. The MPS percentage set before CUDA initialised (effective only when an MPS daemon runs).
     """
     import torch
 
-    props = torch.cuda.get_device_properties(0)
-    n = max(SM_GRANULARITY, int(props.multi_processor_count * sm_share)
-            // SM_GRANULARITY * SM_GRANULARITY)
+    from gpuprobe.server import green_partition
+
+    prefill_share = sm_share if role == "prefill" else 1.0 - sm_share
+    try:
+        return green_partition.enter_partition(role, round(prefill_share, 6))
+    except Exception as exc:  # noqa: BLE001 - no cuda.bindings, old driver, MIG: try the next
+        log.warning("disjoint green contexts unavailable (%s)", exc)
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    n = green_partition.prefill_sm_count(total, sm_share)
     green = getattr(getattr(torch.cuda, "green_contexts", None), "GreenContext", None)
     if green is None:
         return f"mps {os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE')}%"
@@ -30,11 +39,12 @@ def partition_cuda(sm_share: float) -> str:
     except Exception as exc:  # noqa: BLE001 - driver too old, MIG, ...: fall back to the whole GPU
         log.warning("green context of %d SMs failed (%s); using the whole GPU", n, exc)
         return "none"
+    _KEEP.append(ctx)
     if hasattr(ctx, "Stream"):
         torch.cuda.set_stream(ctx.Stream())
     else:
         ctx.set_context()
-    return f"green context {n}/{props.multi_processor_count} SMs"
+    return f"green context {n}/{total} SMs (torch; overlaps the other worker's)"
 
 
 def build_runner(spec) -> tuple[object, dict]:
@@ -52,7 +62,8 @@ def build_runner(spec) -> tuple[object, dict]:
     torch.set_num_threads(threads)
     partition = "cpu cores " + ",".join(map(str, spec.cores))
     if spec.device == "cuda":
-        partition = partition_cuda(spec.sm_share) if spec.sm_share is not None else "whole GPU"
+        partition = ("whole GPU" if spec.sm_share is None
+                     else partition_cuda(spec.role, spec.sm_share))
     dtype = torch.bfloat16 if spec.device == "cuda" else torch.float32
     config, model, tokenizer = load_model(spec.model, spec.device, dtype, **spec.model_overrides)
     num_blocks = blocks_for_budget(config, spec.kv_cache_mb << 20, spec.block_size, dtype)
