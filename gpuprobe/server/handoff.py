@@ -1,8 +1,10 @@
 """Prefill -> decode KV handoff channels, seen from inside a worker process.
 
 PipeHandoff (intra): the KV tensors travel through a multiprocessing Pipe; torch's
-multiprocessing reductions move their storage to shared memory and pass a handle, so the
-bytes are copied once into shared memory, not through the pipe.
+multiprocessing reductions pass a handle, not the bytes. On the CPU the storage moves to shared
+memory (one copy). On CUDA the KV stays in device memory: the prefill worker sends a CUDA IPC
+handle to a device copy, and the decode worker copies it into its cache on the GPU
+(GPUPROBE_INTRA_KV=host sends it through host shared memory instead, for comparison).
 TcpHandoff (cross): the KV is sent over TCP in chunks as raw bytes (kv_transfer); a receive
 thread in the decode worker reads it into one buffer, and records its CPU time.
 Both: send(meta, kv) on the prefill side; receive_ready() -> [(meta, kv)] on the decode side.
@@ -46,11 +48,18 @@ class PipeHandoff:
         self.role, self.conn = role, conn
         self.address = None
         self.waitable = conn
+        self.on_device = os.environ.get("GPUPROBE_INTRA_KV", "device") != "host"
+
+    def _portable(self, t):
+        t = t.detach()
+        if t.is_cuda and self.on_device:
+            return t.clone()  # a CUDA IPC handle travels; torch keeps the block until released
+        return t.to("cpu").clone()
 
     def send(self, meta: dict, kv) -> None:
         # A clone: export_kv may return views of the whole cache, and sharing a view would
         # move the entire cache storage into shared memory.
-        kv = _map_tensors(kv, lambda t: t.detach().to("cpu").clone())
+        kv = _map_tensors(kv, self._portable)
         self.conn.send(({**meta, "kv_bytes": kv_nbytes(kv)}, kv))
 
     def receive_ready(self) -> list:
