@@ -16,6 +16,8 @@ in the output (`unadjusted`).
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -149,7 +151,11 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     say = lambda m: _say(m, progress)
     guard = PhaseGuard(time.monotonic() + opts.time_budget_s, (2 + opts.replays) * len(order),
                        max_wait_s=opts.quiet_wait_s, say=say)
-    with tempfile.TemporaryDirectory(prefix="gpuprobe-validate-") as tmp, \
+    keep = os.environ.get("GPUPROBE_VALIDATE_LOGS")  # a folder to keep the servers' logs in
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+    with (contextlib.nullcontext(keep) if keep else
+          tempfile.TemporaryDirectory(prefix="gpuprobe-validate-")) as tmp, \
             start_speed_probe(opts, say) as speed_probe:
         for layout in order:
             say(f"{layout}: starting the server")

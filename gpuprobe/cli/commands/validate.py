@@ -6,6 +6,7 @@ import math
 import os
 
 NAME = "validate"
+CUDA_KV_CACHE_MB = 16384
 HELP = "profile the reference server, replay a workload per layout, compare with the simulator"
 
 
@@ -32,6 +33,9 @@ def add_arguments(p) -> None:
                    help="replays per layout; measured metrics are their medians (default 3)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="the reference server's device (default cpu)")
+    p.add_argument("--kv-cache-mb", type=int, default=None, metavar="MIB",
+                   help="KV cache per worker, MiB (default: the server's 256 on cpu, "
+                        "16384 on cuda, which an 8B model needs for its batches)")
     p.add_argument("--no-speed-probe", action="store_true",
                    help="do not correct for the CPU cores' own speed drift between calibration "
                         "and replay (a probe process times a tiny engine run on each core)")
@@ -62,12 +66,16 @@ def _options(args):
     plot_dir = os.path.dirname(os.path.abspath(args.plot)) if args.plot else None
     if plot_dir and not os.path.isdir(plot_dir):  # say so now, not after minutes of replays
         raise UserError(f"--plot: directory {plot_dir} does not exist")
+    if args.kv_cache_mb is not None and args.kv_cache_mb < 1:
+        raise UserError(f"--kv-cache-mb must be >= 1, got {args.kv_cache_mb}")
+    kv_mb = args.kv_cache_mb or (CUDA_KV_CACHE_MB if args.device == "cuda" else None)
     if args.limit < 2:
         raise UserError(f"--limit must be >= 2, got {args.limit}")
     return ValidateOptions(model=args.model, layouts=layouts, load=args.load, rate_rps=args.rate,
                            limit=args.limit, token_scale=args.token_scale,
                            slo=Slo(args.slo_ttft, args.slo_tbt), prefill_share=args.prefill_share,
                            replays=args.replays, device=args.device,
+                           server_opts=(("kv_cache_mb", kv_mb),) if kv_mb else (),
                            speed_probe=not args.no_speed_probe)
 
 
