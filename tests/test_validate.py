@@ -140,3 +140,20 @@ def test_cli_device_option_reaches_the_server_launcher(tmp_path):
     finally:
         launch.start_server = real
     assert seen["device"] == "cuda" and seen["layout"] == "intra" and seen["prefill_share"] == 0.5
+
+
+def test_cli_kv_cache_defaults_to_what_an_8b_model_needs_on_cuda():
+    import argparse
+
+    from gpuprobe.cli.commands import validate as cmd
+    from gpuprobe.errors import UserError
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    assert cmd._options(p.parse_args(["--workload", "x"])).server_opts == ()
+    cuda = cmd._options(p.parse_args(["--workload", "x", "--device", "cuda"]))
+    assert dict(cuda.server_opts)["kv_cache_mb"] == cmd.CUDA_KV_CACHE_MB
+    mine = cmd._options(p.parse_args(["--workload", "x", "--kv-cache-mb", "512"]))
+    assert dict(mine.server_opts)["kv_cache_mb"] == 512
+    with pytest.raises(UserError, match="--kv-cache-mb"):
+        cmd._options(p.parse_args(["--workload", "x", "--kv-cache-mb", "0"]))
