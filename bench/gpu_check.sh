@@ -1,89 +1,156 @@
 #!/usr/bin/env bash
-# The GPU checks the issues name, as one script for a session that is lent a GPU (it cannot run
-# on the CPU-only dev box). Each part has its own timeout; the whole stays under 10 minutes on
-# one H100/H200 so that a rerun fits in a 15-minute device budget.
-#   1. the agent for 60 s through a matmul load, then a memory-copy load: SM utilization must
-#      follow the first and DRAM bandwidth utilization the second (GPM where supported);
-#   2. the three layouts with llama3-8b-shape (random weights, bf16) on CUDA: start, one
-#      completion, stop;
-#   3. bench/refserver_bench.py on CUDA: batch-1 decode vs the HBM floor, continuous vs static
+# The GPU checks the issues name, as one script for a session that is lent a GPU. Each part has
+# its own time limit and a failed part does not stop the next; the whole takes about 9 minutes
+# on one H200 (run it with a 10-minute limit: a 15-minute device budget leaves about 4 minutes,
+# enough to rerun one part while the machine is warm).
+#   0. the machine: GPU, driver, torch, cuda.bindings;
+#   1. bench/green_probe.py: do the intra layout's two SM partitions run side by side?
+#   3. bench/gpu_smoke.py: each layout with llama3-8b-shape (random weights, bf16) on CUDA,
+#      side by side: start, one completion, the workers' partitions, stop. If intra fails with
+#      its KV handed over in device memory, again through host memory. Later parts run only
+#      the layouts that served.
+#   5. gpuprobe validate with llama3-8b-shape on CUDA (predicted vs measured per layout);
+#   4. bench/refserver_bench.py on CUDA: batch-1 decode vs the HBM floor, continuous vs static
 #      batching, p99 TBT with and without long prefills per layout;
-#   4. gpuprobe validate with llama3-8b-shape on CUDA (predicted vs measured per layout).
-# Usage: bash bench/gpu_check.sh [OUT_DIR]   (prints everything; record it in docs/benchmarks.md)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
+#   2. the agent through a matmul load, then a memory-copy load: SM utilization must follow the
+#      first and DRAM bandwidth utilization the second (GPM where supported);
+#   6. bench/green_probe.py again under an MPS daemon, if one starts.
+# Usage: bash bench/gpu_check.sh [OUT_DIR] [PART...]   (PART: 0-6; default all, in the order above)
+# Dry run without a GPU: DEVICE=cpu MODEL=tiny bash bench/gpu_check.sh /tmp/dry 3 4 5
+# On the device machine, wheels in .whl/ (the gpuprobe wheel and what its image lacks) are
+# installed to /tmp/site first. Python runs outside the checkout so that the installed gpuprobe,
+# with its collectors and dashboard subpackages, is the one imported.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-${OUT:-/tmp/gpuprobe_gpu_check}}
+shift || true
+PARTS=${*:-0 1 3 5 4 2 6}
+LAYOUTS=${LAYOUTS:-monolithic,intra,cross}
+DEVICE=${DEVICE:-cuda}
+MODEL=${MODEL:-llama3-8b-shape}
+PY=${PY:-python3}
+LOGS=$(mktemp -d /tmp/gpc.XXXX)
 mkdir -p "$OUT"
+exec > >(tee -a "$OUT/check.txt") 2>&1  # everything, as it happens: it survives a time-out
+export PYTHONUNBUFFERED=1 GPC_DEVICE=$DEVICE GPC_MODEL=$MODEL GPC_LOGS=$LOGS
+if compgen -G "$REPO/.whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$REPO"/.whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+cd "$LOGS" || exit 1
 
-nvidia-smi --query-gpu=name,memory.total,compute_mode --format=csv | tee "$OUT/gpu.csv"
-"$PY" - <<'PY' | tee "$OUT/torch.txt"
+want() { [[ " $PARTS " == *" $1 "* ]]; }
+part() {  # part NAME LIMIT_S CMD... : run, log to $LOGS/NAME.txt, say how it ended
+  local name=$1 limit=$2 t0=$SECONDS
+  shift 2
+  echo "=== $name (limit ${limit}s, $(date -u +%T))"
+  timeout -k 10 "$limit" "$@" 2>&1 | tee "$LOGS/$name.txt"
+  RC=${PIPESTATUS[0]}
+  echo "=== $name: rc $RC after $((SECONDS - t0)) s"
+}
+
+if want 0; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode --format=csv
+  echo "cpus $(nproc)"
+  part machine 60 "$PY" - <<'PY'
 import torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cuda.get_device_name(0))
-gc = getattr(torch.cuda, "green_contexts", None)
-print("green contexts:", "available" if gc is not None else "absent (intra falls back to MPS %)")
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print("device", p.name, p.multi_processor_count, "SMs", round(p.total_memory / 2**30), "GiB")
+try:
+    import cuda.bindings
+    print("cuda.bindings", cuda.bindings.__version__)
+except ImportError:
+    print("cuda.bindings absent: intra falls back to torch's green contexts (overlapping) or MPS")
+import gpuprobe
+print("gpuprobe", gpuprobe.__version__, gpuprobe.__file__)
 PY
+fi
 
-# 1. The agent through a compute load and then a memory load.
-timeout 150 "$PY" - "$OUT" <<'PY' 2>&1 | tee "$OUT/agent.txt"
+want 1 && part green_probe 90 "$PY" "$REPO/bench/green_probe.py" --seconds 2
+
+if want 3; then
+  # The three layouts start side by side (each in 2 GiB of KV: about 90 GiB in all on an H200).
+  if [ "$DEVICE" = cuda ]; then kv=2048; else kv=256; fi
+  pids=""
+  for run in monolithic intra cross; do
+    (part "smoke_$run" 150 "$PY" "$REPO/bench/gpu_smoke.py" "$run" --model "$MODEL" \
+       --device "$DEVICE" --kv-cache-mb $kv; echo "$RC" > "$LOGS/smoke_$run.rc") &
+    pids="$pids $!"
+  done
+  wait $pids  # not a bare wait: that would also wait for the log's tee
+  if [ "$(cat "$LOGS/smoke_intra.rc")" != 0 ]; then  # retry with the KV through host memory
+    part smoke_intra_host 150 env GPUPROBE_INTRA_KV=host "$PY" "$REPO/bench/gpu_smoke.py" intra \
+      --model "$MODEL" --device "$DEVICE" --kv-cache-mb $kv --log server_intra_host.log
+    [ "$RC" = 0 ] && export GPUPROBE_INTRA_KV=host && echo 0 > "$LOGS/smoke_intra.rc"
+  fi
+  # Later parts run only the layouts that served.
+  LAYOUTS=""
+  for l in monolithic intra cross; do
+    [ "$(cat "$LOGS/smoke_$l.rc")" = 0 ] && LAYOUTS="$LAYOUTS,$l"
+  done
+  LAYOUTS=${LAYOUTS#,}
+  echo "layouts that served: ${LAYOUTS:-none} (intra KV: ${GPUPROBE_INTRA_KV:-device})"
+fi
+
+if want 5; then
+  # A short slice of the conversation trace at half its lengths (prompts about 500 tokens).
+  # On 2026-11-29 an H200 took about 100 s per layout at 30 requests (a decode step of the
+  # eager 8B model is 30-80 ms, so calibration alone is about 60 s); 80 requests ran past 300 s.
+  part validate 360 env GPUPROBE_VALIDATE_LOGS="$LOGS/validate_servers" "$PY" -m gpuprobe.cli.main validate --workload azure-conv --model "$MODEL" \
+    --device "$DEVICE" --layouts "$LAYOUTS" --limit 30 --token-scale 0.5 --replays 1 --no-speed-probe \
+    --store validate.db --plot "$OUT/validate.html"
+fi
+
+if want 4; then
+  if [ "$DEVICE" = cuda ]; then pt=4096 kv=16384; else pt=256 kv=256; fi
+  part bench 170 "$PY" "$REPO/bench/refserver_bench.py" --device "$DEVICE" --floor-models "$MODEL" \
+    --model "$MODEL" --prefill-tokens $pt --window 6 --kv-cache-mb $kv --layouts "$LAYOUTS" --json "$OUT/bench.json"
+fi
+
+if want 2; then
+  part agent 70 "$PY" - <<'PY'
 import subprocess, sys, time
 import torch
 from gpuprobe.store import Store
-db = f"{sys.argv[1]}/agent.db"
-agent = subprocess.Popen([sys.executable, "-m", "gpuprobe.cli.main", "agent", "--duration", "62",
+db = "agent.db"
+agent = subprocess.Popen([sys.executable, "-m", "gpuprobe.cli.main", "agent", "--duration", "32",
                           "--store", db, "--interval-nvml", "0.5", "--interval-gpm", "0.5",
                           "--metrics-port", "0"])
 time.sleep(3)
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 t_mm = time.time()
-while time.time() < t_mm + 27:
+while time.time() < t_mm + 13:
     for _ in range(20):
         a @ a
     torch.cuda.synchronize()
 src = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
 dst = torch.empty_like(src)
 t_cp = time.time()
-while time.time() < t_cp + 27:
+while time.time() < t_cp + 13:
     dst.copy_(src)
     torch.cuda.synchronize()
-agent.wait(60)
+agent.wait(40)
 with Store.open(db, read_only=True) as store:
-    for metric in ("sm_util_pct", "dram_bw_util_pct", "tensor_util_pct", "nvml_gpu_busy_pct"):
+    for metric in ("sm_util_pct", "sm_occupancy_pct", "dram_bw_util_pct", "tensor_util_pct",
+                   "nvml_gpu_busy_pct", "power_w"):
         df = store.samples(metric)
-        mm = df[(df.ts_s > t_mm + 2) & (df.ts_s < t_mm + 27)]["value"].mean()
-        cp = df[(df.ts_s > t_cp + 2) & (df.ts_s < t_cp + 27)]["value"].mean()
-        print(f"{metric:<20} matmul phase {mm:6.1f}   copy phase {cp:6.1f}   ({len(df)} samples)")
+        if df.empty:
+            print(f"{metric:<20} no samples")
+            continue
+        mm = df[(df.ts_s > t_mm + 2) & (df.ts_s < t_mm + 13)]["value"].mean()
+        cp = df[(df.ts_s > t_cp + 2) & (df.ts_s < t_cp + 13)]["value"].mean()
+        print(f"{metric:<20} matmul phase {mm:7.1f}   copy phase {cp:7.1f}   ({len(df)} samples)")
 PY
+fi
 
-# 2. A smoke test of each layout on CUDA: start, one completion, stop.
-for layout in monolithic intra cross; do
-  timeout 200 "$PY" - "$layout" <<'PY' 2>&1 | tee -a "$OUT/smoke.txt"
-import sys, time, json, urllib.request
-from gpuprobe.server.launch import start_server
-layout = sys.argv[1]
-t0 = time.time()
-with start_server("llama3-8b-shape", layout, device="cuda", kv_cache_mb=8192,
-                  timeout_s=600, log_path=f"/tmp/gpu_{layout}.log") as srv:
-    ready = time.time() - t0
-    body = json.dumps({"prompt": list(range(1, 513)), "max_tokens": 64, "ignore_eos": True}).encode()
-    req = urllib.request.Request(srv.url + "/v1/completions", body, {"Content-Type": "application/json"})
-    t1 = time.time()
-    out = json.load(urllib.request.urlopen(req, timeout=300))
-    print(f"{layout}: ready in {ready:.1f}s, 512+64 tokens in {time.time() - t1:.2f}s, "
-          f"usage {out['usage']}")
-    with urllib.request.urlopen(srv.url + "/metrics") as r:
-        text = r.read().decode()
-    print("  ", [l for l in text.splitlines() if l.startswith("gpuprobe_kv_handoff_seconds_sum")])
-PY
-done
+if want 6 && [ "$DEVICE" = cuda ]; then
+  part green_probe_mps 60 bash -c 'export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mps
+    mkdir -p /tmp/mps && nvidia-cuda-mps-control -d && sleep 1 \
+    && "$0" "$1" --only two --seconds 2 --note "(MPS daemon running)"; rc=$?
+    echo quit | nvidia-cuda-mps-control; exit $rc' "$PY" "$REPO/bench/green_probe.py"
+fi
 
-# 3. The bench figures on CUDA (decode floor for llama3-8b-shape; interference per layout).
-timeout 200 "$PY" bench/refserver_bench.py --device cuda --floor-models llama3-8b-shape \
-  --model llama3-8b-shape --prefill-tokens 4096 --window 8 --kv-cache-mb 16384 \
-  --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" || echo "bench: timed out or failed"
-
-# 4. validate with llama3-8b-shape on CUDA, a short slice of the conversation trace.
-timeout 240 "$PY" -m gpuprobe.cli.main validate --workload azure-conv --model llama3-8b-shape \
-  --device cuda --limit 200 --token-scale 1.0 --store "$OUT/validate.db" 2>&1 | tee "$OUT/validate.txt" \
-  || echo "validate: timed out or failed"
-echo "results in $OUT"
+tar czf "$OUT/logs.tgz" -C "$LOGS" --exclude='*.db' --exclude='*.db-*' . 2>/dev/null
+echo "results in $OUT (logs.tgz holds every part's output and the servers' logs)"
