@@ -14,9 +14,22 @@ import numpy as np
 from gpuprobe.errors import GpuprobeError
 
 PREFILL_SIZES = (16, 32, 64, 128, 256, 384, 512, 768, 1024)
+LONG_PREFILLS = (1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 48, 64)  # up to max_num_seqs: no extrapolation
 DECODE_PROMPTS = (32, 320)
 DECODE_TOKENS = 24
+
+
+def prefill_sizes_for(max_prompt: int, max_len: int) -> tuple[int, ...]:
+    """PREFILL_SIZES, extended with LONG_PREFILLS until they cover max_prompt tokens (each at
+    most max_len): the prefill fit is then measured over every length a workload replays, not
+    extrapolated past 1,024 tokens, where attention's T^2 term takes over on a GPU."""
+    sizes = [n for n in PREFILL_SIZES if n <= max_len]
+    for n in LONG_PREFILLS:
+        if sizes and sizes[-1] >= min(max_prompt, max_len):
+            break
+        sizes.append(min(n, max_len))
+    return tuple(dict.fromkeys(sizes))
 
 
 async def _models(session, base: str) -> tuple[str | None, int | None]:

@@ -21,12 +21,13 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import GpuprobeError, UserError
+from gpuprobe.perf.calibrate import prefill_sizes_for
 from gpuprobe.perf.metrics import (
     Slo,
     aggregate,
@@ -145,6 +146,10 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
 
     cfg = resolve_model(opts.model)
     wl = prepare_workload(workload, opts.limit, opts.token_scale, cfg.max_seq_len)
+    cal = dict(opts.calibration)  # prefills calibrated up to the longest prompt replayed
+    cal.setdefault("prefill_sizes", prefill_sizes_for(int(wl["prompt_tokens"].max()),
+                                                      cfg.max_seq_len - 1))
+    opts = replace(opts, calibration=tuple(cal.items()))
     t_start = time.time()
     order = ["monolithic"] + [x for x in opts.layouts if x != "monolithic"]
     probes, speed, capacity = {}, 1.0, None

@@ -1,0 +1,20 @@
+"""validate calibrates prefills over every prompt length it will replay."""
+from gpuprobe.perf.calibrate import PREFILL_SIZES, prefill_sizes_for
+
+
+def test_short_workloads_keep_the_standard_sweep():
+    assert prefill_sizes_for(744, 2047) == PREFILL_SIZES
+    assert prefill_sizes_for(1, 2047) == PREFILL_SIZES
+
+
+def test_long_prompts_extend_the_sweep_to_cover_them():
+    sizes = prefill_sizes_for(2042, 8191)
+    assert sizes[: len(PREFILL_SIZES)] == PREFILL_SIZES
+    assert sizes[-1] >= 2042 and sizes[-2] < 2042
+    assert list(sizes) == sorted(set(sizes))
+
+
+def test_the_sweep_never_passes_the_model_context():
+    sizes = prefill_sizes_for(20000, 8191)
+    assert max(sizes) == 8191 and list(sizes) == sorted(set(sizes))
+    assert prefill_sizes_for(3000, 800)[-2:] == (768, 800)  # a short context: up to its end
