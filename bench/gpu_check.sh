@@ -5,6 +5,8 @@
 # enough to rerun one part while the machine is warm).
 #   0. the machine: GPU, driver, torch, cuda.bindings;
 #   1. bench/green_probe.py: do the intra layout's two SM partitions run side by side?
+#      Then an MPS daemon starts for the rest (MPS=0: not), and
+#   6. bench/green_probe.py again, two processes, under it;
 #   3. bench/gpu_smoke.py: each layout with llama3-8b-shape (random weights, bf16) on CUDA,
 #      side by side: start, one completion, the workers' partitions, stop. If intra fails with
 #      its KV handed over in device memory, again through host memory. Later parts run only
@@ -14,17 +16,18 @@
 #      batching, p99 TBT with and without long prefills per layout;
 #   2. the agent through a matmul load, then a memory-copy load: SM utilization must follow the
 #      first and DRAM bandwidth utilization the second (GPM where supported);
-#   6. bench/green_probe.py again under an MPS daemon, if one starts.
 # Usage: bash bench/gpu_check.sh [OUT_DIR] [PART...]   (PART: 0-6; default all, in the order above)
 # Dry run without a GPU: DEVICE=cpu MODEL=tiny bash bench/gpu_check.sh /tmp/dry 3 4 5
 # On the device machine, wheels in .whl/ (the gpuprobe wheel and what its image lacks) are
-# installed to /tmp/site first. Python runs outside the checkout so that the installed gpuprobe,
+# installed to /tmp/site first. Make them here (.whl/ is git-ignored; carry it):
+#   .venv/bin/pip wheel -q --no-deps --no-build-isolation . -w .whl && rm -rf build *.egg-info
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl plotly gguf Python runs outside the checkout so that the installed gpuprobe,
 # with its collectors and dashboard subpackages, is the one imported.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-${OUT:-/tmp/gpuprobe_gpu_check}}
 shift || true
-PARTS=${*:-0 1 3 5 4 2 6}
+PARTS=${*:-0 1 6 3 5 4 2}
 LAYOUTS=${LAYOUTS:-monolithic,intra,cross}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-llama3-8b-shape}
@@ -69,6 +72,24 @@ PY
 fi
 
 want 1 && part green_probe 90 "$PY" "$REPO/bench/green_probe.py" --seconds 2
+
+# From here on an MPS daemon runs (MPS=0: none), as the README asks for intra on a GPU: without
+# one the intra workers are time-sliced. Part 6 checks that the partitions then overlap.
+if [ "$DEVICE" = cuda ] && [ "${MPS:-1}" = 1 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mps
+  if mkdir -p /tmp/mps && nvidia-cuda-mps-control -d; then
+    trap 'echo quit | nvidia-cuda-mps-control' EXIT
+    sleep 1
+    echo "MPS daemon started"
+  else
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    echo "no MPS daemon: intra's workers will be time-sliced"
+  fi
+fi
+if want 6 && [ "$DEVICE" = cuda ]; then
+  part green_probe_mps 60 "$PY" "$REPO/bench/green_probe.py" --only two --seconds 2 \
+    --note "(MPS: ${CUDA_MPS_PIPE_DIRECTORY:-none})"
+fi
 
 if want 3; then
   # The three layouts start side by side (each in 2 GiB of KV: about 90 GiB in all on an H200).
@@ -145,12 +166,6 @@ with Store.open(db, read_only=True) as store:
 PY
 fi
 
-if want 6 && [ "$DEVICE" = cuda ]; then
-  part green_probe_mps 60 bash -c 'export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mps
-    mkdir -p /tmp/mps && nvidia-cuda-mps-control -d && sleep 1 \
-    && "$0" "$1" --only two --seconds 2 --note "(MPS daemon running)"; rc=$?
-    echo quit | nvidia-cuda-mps-control; exit $rc' "$PY" "$REPO/bench/green_probe.py"
-fi
 
 tar czf "$OUT/logs.tgz" -C "$LOGS" --exclude='*.db' --exclude='*.db-*' . 2>/dev/null
 echo "results in $OUT (logs.tgz holds every part's output and the servers' logs)"
