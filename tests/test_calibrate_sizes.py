@@ -18,3 +18,16 @@ def test_the_sweep_never_passes_the_model_context():
     sizes = prefill_sizes_for(20000, 8191)
     assert max(sizes) == 8191 and list(sizes) == sorted(set(sizes))
     assert prefill_sizes_for(3000, 800)[-2:] == (768, 800)  # a short context: up to its end
+
+
+def test_profile_max_prompt_is_checked_before_any_request():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "profile", "--target",
+                           "http://127.0.0.1:9", "--max-prompt", "3"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["gpuprobe profile: error: --max-prompt must be "
+                                                ">= 16, got 3"]
+    assert prefill_sizes_for(100, 100) == (16, 32, 64, 100)

@@ -16,6 +16,9 @@ def add_arguments(p) -> None:
     p.add_argument("--run", metavar="RUN_ID", help="--from-store: only this server run")
     p.add_argument("--layout", default="monolithic", choices=["monolithic", "intra", "cross"],
                    help="--target: the layout the server runs (names the fitted workers)")
+    p.add_argument("--max-prompt", type=int, default=1024, metavar="N",
+                   help="--target: sweep prefills up to N tokens (default 1024); give the longest "
+                        "prompt your workload sends, so the fit is not extrapolated")
     p.add_argument("--vocab", type=int, default=None, help="--target: token ids below this (default: ask the server)")
     p.add_argument("--model-shape", default="llama3-8b", help="--spec: model shape (default llama3-8b)")
     p.add_argument("--prefill-gpu", default=None, help="--spec: GPU for cross-layout prefill")
@@ -38,7 +41,13 @@ def _build(args):
             return prof.from_store(store, args.run)
     from gpuprobe.perf.calibrate import run_calibration
 
+    from gpuprobe.errors import UserError
+    from gpuprobe.perf.calibrate import prefill_sizes_for
+
+    if args.max_prompt < 16:
+        raise UserError(f"--max-prompt must be >= 16, got {args.max_prompt}")
     cal = run_calibration(args.target, vocab=args.vocab,
+                          prefill_sizes=prefill_sizes_for(args.max_prompt, args.max_prompt),
                           progress=lambda m: print(f"[profile] {m}", file=sys.stderr, flush=True))
     return prof.from_client(cal, args.layout)
 
