@@ -19,7 +19,7 @@
 # Usage: bash bench/gpu_check.sh [OUT_DIR] [PART...]   (PART: 0-6; default all, in the order above)
 # Dry run without a GPU: DEVICE=cpu MODEL=tiny bash bench/gpu_check.sh /tmp/dry 3 4 5
 # On the device machine, wheels in .whl/ (the gpuprobe wheel and what its image lacks) are
-# installed to /tmp/site first. Make them here (.whl/ is git-ignored; carry it):
+# installed to /tmp/site first (WHEELS=0: not). Make them here (.whl/ is git-ignored; carry it):
 #   .venv/bin/pip wheel -q --no-deps --no-build-isolation . -w .whl && rm -rf build *.egg-info
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl plotly gguf Python runs outside the checkout so that the installed gpuprobe,
 # with its collectors and dashboard subpackages, is the one imported.
@@ -36,7 +36,7 @@ LOGS=$(mktemp -d /tmp/gpc.XXXX)
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/check.txt") 2>&1  # everything, as it happens: it survives a time-out
 export PYTHONUNBUFFERED=1 GPC_DEVICE=$DEVICE GPC_MODEL=$MODEL GPC_LOGS=$LOGS
-if compgen -G "$REPO/.whl/*.whl" >/dev/null; then
+if [ "${WHEELS:-1}" = 1 ] && compgen -G "$REPO/.whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site "$REPO"/.whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
