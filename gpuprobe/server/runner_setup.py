@@ -26,7 +26,12 @@ def partition_cuda(role: str, sm_share: float) -> str:
 
     prefill_share = sm_share if role == "prefill" else 1.0 - sm_share
     try:
-        return green_partition.enter_partition(role, round(prefill_share, 6))
+        what = green_partition.enter_partition(role, round(prefill_share, 6))
+        if not green_partition.mps_running():
+            log.warning("%s worker: no MPS daemon runs, so the two intra workers are time-sliced "
+                        "on the GPU, not side by side; start `nvidia-cuda-mps-control -d` "
+                        "before gpuprobe serve", role)
+        return what
     except Exception as exc:  # noqa: BLE001 - no cuda.bindings, old driver, MIG: try the next
         log.warning("disjoint green contexts unavailable (%s)", exc)
     total = torch.cuda.get_device_properties(0).multi_processor_count
