@@ -23,6 +23,7 @@ import torch.multiprocessing  # registers the tensor reductions that Pipe.send u
 from gpuprobe.server import kv_transfer
 
 CONNECT_TIMEOUT_S = 30.0
+IPC_COLLECT_EVERY = 32  # intra on CUDA: hand-overs between frees of released IPC copies
 IO_TIMEOUT_S = 60.0
 
 
@@ -49,6 +50,7 @@ class PipeHandoff:
         self.address = None
         self.waitable = conn
         self.on_device = os.environ.get("GPUPROBE_INTRA_KV", "device") != "host"
+        self._sent = 0
 
     def _portable(self, t):
         t = t.detach()
@@ -61,6 +63,11 @@ class PipeHandoff:
         # move the entire cache storage into shared memory.
         kv = _map_tensors(kv, self._portable)
         self.conn.send(({**meta, "kv_bytes": kv_nbytes(kv)}, kv))
+        self._sent += 1
+        if self.on_device and self._sent % IPC_COLLECT_EVERY == 0 and torch.cuda.is_initialized():
+            # Device copies the decode worker has released are freed here, not at the next
+            # allocation failure.
+            torch.cuda.ipc_collect()
 
     def receive_ready(self) -> list:
         out = []
