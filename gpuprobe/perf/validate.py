@@ -290,8 +290,6 @@ def _unadjusted(predicted: dict[str, dict], measured: dict[str, dict],
 
 
 def _with_split(profile, split_in_s: float):
-    from dataclasses import replace
-
     return replace(profile, overhead=replace(profile.overhead, split_in_s=split_in_s))
 
 

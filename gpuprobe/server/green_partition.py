@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-SM_GRANULARITY = 8  # Hopper hands out SMs in groups of 8 (a GPC's worth of TPC pairs)
+SM_GRANULARITY = 8  # green contexts split SMs in groups of 8 on Hopper
 _KEEP: list = []  # green contexts and streams in use; never released before exit
 
 

@@ -39,10 +39,8 @@ def _build(args):
 
         with Store.open(args.store) as store:
             return prof.from_store(store, args.run)
-    from gpuprobe.perf.calibrate import run_calibration
-
     from gpuprobe.errors import UserError
-    from gpuprobe.perf.calibrate import prefill_sizes_for
+    from gpuprobe.perf.calibrate import prefill_sizes_for, run_calibration
 
     if args.max_prompt < 16:
         raise UserError(f"--max-prompt must be >= 16, got {args.max_prompt}")
