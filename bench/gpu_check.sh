@@ -21,8 +21,9 @@
 # On the device machine, wheels in .whl/ (the gpuprobe wheel and what its image lacks) are
 # installed to /tmp/site first (WHEELS=0: not). Make them here (.whl/ is git-ignored; carry it):
 #   .venv/bin/pip wheel -q --no-deps --no-build-isolation . -w .whl && rm -rf build *.egg-info
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl plotly gguf Python runs outside the checkout so that the installed gpuprobe,
-# with its collectors and dashboard subpackages, is the one imported.
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl plotly gguf
+# Python runs outside the checkout so that the installed gpuprobe, with its collectors and
+# dashboard subpackages, is the one imported.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-${OUT:-/tmp/gpuprobe_gpu_check}}
@@ -116,21 +117,23 @@ if want 3; then
 fi
 
 if want 5; then
-  # A short slice of the conversation trace at half its lengths (prompts about 500 tokens).
+  # A short slice of the conversation trace at half its lengths (prompts up to 2,042 tokens).
   # On 2026-11-29 an H200 took about 100 s per layout at 30 requests (a decode step of the
   # eager 8B model is 30-80 ms, so calibration alone is about 60 s); 80 requests ran past 300 s.
-  part validate 360 env GPUPROBE_VALIDATE_LOGS="$LOGS/validate_servers" "$PY" -m gpuprobe.cli.main validate --workload azure-conv --model "$MODEL" \
-    --device "$DEVICE" --layouts "$LAYOUTS" --limit 30 --token-scale 0.5 --replays 1 --no-speed-probe \
-    --store validate.db --plot "$OUT/validate.html"
+  part validate 360 env GPUPROBE_VALIDATE_LOGS="$LOGS/validate_servers" \
+    "$PY" -m gpuprobe.cli.main validate --workload azure-conv --model "$MODEL" \
+    --device "$DEVICE" --layouts "$LAYOUTS" --limit 30 --token-scale 0.5 --replays 1 \
+    --no-speed-probe --store validate.db --plot "$OUT/validate.html"
 fi
 
 if want 4; then
   if [ "$DEVICE" = cuda ]; then pt=4096 kv=16384; else pt=256 kv=256; fi
-  part bench 170 "$PY" "$REPO/bench/refserver_bench.py" --device "$DEVICE" --floor-models "$MODEL" \
-    --model "$MODEL" --prefill-tokens $pt --window 6 --kv-cache-mb $kv --layouts "$LAYOUTS" --json "$OUT/bench.json"
+  part bench 170 "$PY" "$REPO/bench/refserver_bench.py" --device "$DEVICE" \
+    --floor-models "$MODEL" --model "$MODEL" --prefill-tokens $pt --window 6 \
+    --kv-cache-mb $kv --layouts "$LAYOUTS" --json "$OUT/bench.json"
 fi
 
-if want 2; then
+if want 2 && [ "$DEVICE" = cuda ]; then
   part agent 70 "$PY" - <<'PY'
 import subprocess, sys, time
 import torch
@@ -165,7 +168,6 @@ with Store.open(db, read_only=True) as store:
         print(f"{metric:<20} matmul phase {mm:7.1f}   copy phase {cp:7.1f}   ({len(df)} samples)")
 PY
 fi
-
 
 tar czf "$OUT/logs.tgz" -C "$LOGS" --exclude='*.db' --exclude='*.db-*' . 2>/dev/null
 echo "results in $OUT (logs.tgz holds every part's output and the servers' logs)"
