@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks the issues name, as one script for a session that is lent a GPU. Each part has
-# its own time limit and a failed part does not stop the next; the whole takes about 9 minutes
+# its own time limit and a failed part does not stop the next; the whole takes 9-10 minutes
 # on one H200 (run it with a 10-minute limit: a 15-minute device budget leaves about 4 minutes,
 # enough to rerun one part while the machine is warm).
 #   0. the machine: GPU, driver, torch, cuda.bindings;
@@ -14,9 +14,12 @@
 #   5. gpuprobe validate with llama3-8b-shape on CUDA (predicted vs measured per layout);
 #   4. bench/refserver_bench.py on CUDA: batch-1 decode vs the HBM floor, continuous vs static
 #      batching, p99 TBT with and without long prefills per layout;
-#   2. the agent through a matmul load, then a memory-copy load: SM utilization must follow the
-#      first and DRAM bandwidth utilization the second (GPM where supported);
-# Usage: bash bench/gpu_check.sh [OUT_DIR] [PART...]   (PART: 0-6; default all, in the order above)
+#   7. bench/decode_profile.py: a batch-1 decode step's wall time against its kernels' device
+#      time (the H200 run found 64 ms against a 4 ms floor: where does it go?);
+#   2. the agent through a matmul load, then a memory-copy load: tensor-core utilization must
+#      follow the first and DRAM bandwidth utilization the second (GPM where supported; SM
+#      active stays high under both, since a copy kernel occupies every SM).
+# Usage: bash bench/gpu_check.sh [OUT_DIR] [PART...]   (PART: 0-7; default all, in the order above)
 # Dry run without a GPU: DEVICE=cpu MODEL=tiny bash bench/gpu_check.sh /tmp/dry 3 4 5
 # On the device machine, wheels in .whl/ (the gpuprobe wheel and what its image lacks) are
 # installed to /tmp/site first (WHEELS=0: not). Make them here (.whl/ is git-ignored; carry it):
@@ -28,7 +31,7 @@ set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-${OUT:-/tmp/gpuprobe_gpu_check}}
 shift || true
-PARTS=${*:-0 1 6 3 5 4 2}
+PARTS=${*:-0 1 6 3 5 4 7 2}
 LAYOUTS=${LAYOUTS:-monolithic,intra,cross}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-llama3-8b-shape}
@@ -132,6 +135,9 @@ if want 4; then
     --floor-models "$MODEL" --model "$MODEL" --prefill-tokens $pt --window 6 \
     --kv-cache-mb $kv --layouts "$LAYOUTS" --json "$OUT/bench.json"
 fi
+
+want 7 && part decode_profile 90 "$PY" "$REPO/bench/decode_profile.py" --model "$MODEL" \
+  --device "$DEVICE" --steps 8
 
 if want 2 && [ "$DEVICE" = cuda ]; then
   part agent 70 "$PY" - <<'PY'
