@@ -21,6 +21,7 @@ def _loop(a, seconds: float, stream) -> float:
     """TFLOP/s of a @ a on `stream` for about `seconds`."""
     import torch
 
+    torch.cuda.set_device(a.device)  # a new thread has no current context: make it so for cuBLAS
     with torch.cuda.stream(stream):
         a @ a
         torch.cuda.synchronize()
