@@ -157,3 +157,19 @@ def test_cli_kv_cache_defaults_to_what_an_8b_model_needs_on_cuda():
     assert dict(mine.server_opts)["kv_cache_mb"] == 512
     with pytest.raises(UserError, match="--kv-cache-mb"):
         cmd._options(p.parse_args(["--workload", "x", "--kv-cache-mb", "0"]))
+
+
+def test_cli_defaults_follow_the_device():
+    import argparse
+
+    from gpuprobe.cli.commands import validate as cmd
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    cpu = cmd._options(p.parse_args(["--workload", "x"]))
+    assert (cpu.limit, cpu.token_scale) == (300, 0.1)
+    cuda = cmd._options(p.parse_args(["--workload", "x", "--device", "cuda"]))
+    assert (cuda.limit, cuda.token_scale) == (30, 0.5)
+    mine = cmd._options(p.parse_args(["--workload", "x", "--device", "cuda", "--limit", "80",
+                                      "--token-scale", "1.0"]))
+    assert (mine.limit, mine.token_scale) == (80, 1.0)

@@ -6,7 +6,12 @@ import math
 import os
 
 NAME = "validate"
-CUDA_KV_CACHE_MB = 16384
+# Defaults that depend on --device. On the CPU: the tiny model on 2 cores. On a GPU: an 8B
+# model, whose KV is 128 KiB a token and whose eager decode step is 30-80 ms on an H200, so
+# 30 requests at half their traced lengths take about 2 minutes a layout.
+DEVICE_DEFAULTS = {"cpu": {"limit": 300, "token_scale": 0.1, "kv_cache_mb": None},
+                   "cuda": {"limit": 30, "token_scale": 0.5, "kv_cache_mb": 16384}}
+CUDA_KV_CACHE_MB = DEVICE_DEFAULTS["cuda"]["kv_cache_mb"]
 HELP = "profile the reference server, replay a workload per layout, compare with the simulator"
 
 
@@ -21,9 +26,11 @@ def add_arguments(p) -> None:
                         "(default 0.35: about 0.6 of what the server sustains on 2 cores)")
     p.add_argument("--rate", type=float, default=None, metavar="R",
                    help="offered request rate, req/s (overrides --load)")
-    p.add_argument("--limit", type=int, default=300, help="requests from the workload (default 300)")
-    p.add_argument("--token-scale", type=float, default=0.1,
-                   help="multiply prompt and output lengths (default 0.1, fits the tiny model)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="requests from the workload (default 300; 30 on cuda)")
+    p.add_argument("--token-scale", type=float, default=None,
+                   help="multiply prompt and output lengths (default 0.1, which fits the tiny "
+                        "model; 0.5 on cuda)")
     p.add_argument("--slo-ttft", type=float, default=0.5, metavar="S", help="TTFT SLO, s (default 0.5)")
     p.add_argument("--slo-tbt", type=float, default=0.05, metavar="S",
                    help="per-request mean TBT SLO, s (default 0.05)")
@@ -55,7 +62,10 @@ def _options(args):
     bad = [x for x in layouts if x not in LAYOUTS]
     if bad or not layouts:
         raise UserError(f"--layouts: unknown {bad or 'empty list'}; choose from {', '.join(LAYOUTS)}")
-    for flag, v in (("--load", args.load), ("--token-scale", args.token_scale),
+    dflt = DEVICE_DEFAULTS[args.device]
+    limit = dflt["limit"] if args.limit is None else args.limit
+    token_scale = dflt["token_scale"] if args.token_scale is None else args.token_scale
+    for flag, v in (("--load", args.load), ("--token-scale", token_scale),
                     ("--slo-ttft", args.slo_ttft), ("--slo-tbt", args.slo_tbt)):
         if not v > 0:
             raise UserError(f"{flag} must be > 0, got {v}")
@@ -68,11 +78,11 @@ def _options(args):
         raise UserError(f"--plot: directory {plot_dir} does not exist")
     if args.kv_cache_mb is not None and args.kv_cache_mb < 1:
         raise UserError(f"--kv-cache-mb must be >= 1, got {args.kv_cache_mb}")
-    kv_mb = args.kv_cache_mb or (CUDA_KV_CACHE_MB if args.device == "cuda" else None)
-    if args.limit < 2:
-        raise UserError(f"--limit must be >= 2, got {args.limit}")
+    kv_mb = args.kv_cache_mb or dflt["kv_cache_mb"]
+    if limit < 2:
+        raise UserError(f"--limit must be >= 2, got {limit}")
     return ValidateOptions(model=args.model, layouts=layouts, load=args.load, rate_rps=args.rate,
-                           limit=args.limit, token_scale=args.token_scale,
+                           limit=limit, token_scale=token_scale,
                            slo=Slo(args.slo_ttft, args.slo_tbt), prefill_share=args.prefill_share,
                            replays=args.replays, device=args.device,
                            server_opts=(("kv_cache_mb", kv_mb),) if kv_mb else (),
