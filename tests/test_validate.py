@@ -152,7 +152,7 @@ def test_cli_kv_cache_defaults_to_what_an_8b_model_needs_on_cuda():
     cmd.add_arguments(p)
     assert cmd._options(p.parse_args(["--workload", "x"])).server_opts == ()
     cuda = cmd._options(p.parse_args(["--workload", "x", "--device", "cuda"]))
-    assert dict(cuda.server_opts)["kv_cache_mb"] == cmd.CUDA_KV_CACHE_MB
+    assert dict(cuda.server_opts)["kv_cache_mb"] == cmd.DEVICE_DEFAULTS["cuda"]["kv_cache_mb"]
     mine = cmd._options(p.parse_args(["--workload", "x", "--kv-cache-mb", "512"]))
     assert dict(mine.server_opts)["kv_cache_mb"] == 512
     with pytest.raises(UserError, match="--kv-cache-mb"):

@@ -11,7 +11,6 @@ NAME = "validate"
 # 30 requests at half their traced lengths take about 2 minutes a layout.
 DEVICE_DEFAULTS = {"cpu": {"limit": 300, "token_scale": 0.1, "kv_cache_mb": None},
                    "cuda": {"limit": 30, "token_scale": 0.5, "kv_cache_mb": 16384}}
-CUDA_KV_CACHE_MB = DEVICE_DEFAULTS["cuda"]["kv_cache_mb"]
 HELP = "profile the reference server, replay a workload per layout, compare with the simulator"
 
 
