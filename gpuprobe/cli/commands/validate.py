@@ -8,7 +8,7 @@ import os
 NAME = "validate"
 # Defaults that depend on --device. On the CPU: the tiny model on 2 cores. On a GPU: an 8B
 # model, whose KV is 128 KiB a token and whose eager decode step is 30-80 ms on an H200, so
-# 30 requests at half their traced lengths take about 2 minutes a layout.
+# 30 requests at half their traced lengths take about 3 minutes a layout (three replays).
 DEVICE_DEFAULTS = {"cpu": {"limit": 300, "token_scale": 0.1, "kv_cache_mb": None},
                    "cuda": {"limit": 30, "token_scale": 0.5, "kv_cache_mb": 16384}}
 HELP = "profile the reference server, replay a workload per layout, compare with the simulator"
