@@ -2,15 +2,15 @@
 calibration after the replays answers with the workers' own steps.
 
 The speed probe (speed_probe.py) reads a proxy on the same cores; on 2026-11-29 it missed a
-monolithic worker that ran ~25% slower in its replays than calibrated, and read a prefill
-core 1.1-1.3x slow whose worker was not (docs/model.md). The recheck asks the worker: a few
-prefill and decode shapes after the last replay, each step's time against what the first
-calibration measured for the same shape (prefill tokens and prompts; decode batch and
-context per sequence in 32-token bins), the median ratio per worker. Against the same shapes,
-not the fit: the fit's own error at the recheck's shapes (1.7x for one decode worker, whose
-recheck bursts were small) is not a change of speed. The replays sit between
-the two calibrations, so each is given the ratio interpolated at its midpoint (1 at the
-first calibration, the recheck's ratio at the recheck).
+monolithic worker that ran ~25% slower in its replays than calibrated, and read a prefill core
+1.1-1.3x slow whose worker was not (docs/model-log.md, code19 and conv19). The recheck asks
+the worker: a few prefill and decode shapes after the last replay, each step's time against
+what the first calibration measured for the same shape (prefill tokens and prompts; decode
+batch and context per sequence in 32-token bins), the median ratio per worker. Against the
+same shapes, not the fit: the fit's own error at the recheck's shapes (1.7x for one decode
+worker, whose recheck bursts were small) is not a change of speed. The replays sit between the
+two calibrations, so each is given the ratio interpolated at its midpoint (1 at the first
+calibration, the recheck's ratio at the recheck).
 """
 from __future__ import annotations
 

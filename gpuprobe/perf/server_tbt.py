@@ -3,8 +3,8 @@ reaches it, from the request rows the server stored during each replay.
 
 validate's load client runs on the same cores as the server, and its own reading of the
 streams adds to the gaps it measures (on azure-conv, about a third of cross's p99: see
-docs/model.md). The front's stamps leave that out, so the two side by side tell the server's
-gaps from the harness's.
+docs/model-log.md, "Front or client?"). The front's stamps leave that out, so the two side by
+side tell the server's gaps from the harness's.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import numpy as np
 
 def dump_state(wl, speed, probes, speed_probe) -> None:
     """GPUPROBE_VALIDATE_DUMP=path: pickle what the predictions are made from, so the model
-    can be re-run on a run's measurements offline (docs/model.md's comparisons)."""
+    can be re-run on a run's measurements offline (the comparisons in docs/model-log.md)."""
     import os
     import pickle
 
