@@ -1,12 +1,14 @@
 """Entry point: parse, dispatch, and turn errors into one line and an exit code.
 
 Exit codes: 0 ok, 1 a failure gpuprobe could not get past, 2 a user error (a flag, a file, a
-line or a field), 130 interrupted. Tracebacks only with --debug.
+line or a field), 130 interrupted, 141 the output's reader went away. Tracebacks only with
+--debug.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -77,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (| head): stop quietly, as a SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as exc:  # the last line of defence: one line, not a traceback
         if args.debug:
             raise
