@@ -1,6 +1,8 @@
 """Parsing of user-given quantities: durations ("10s", "5m", "7d") and lists."""
 from __future__ import annotations
 
+import math
+
 from gpuprobe.errors import UserError
 
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -9,13 +11,17 @@ _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 60
 def parse_duration(text: str, what: str = "duration") -> float:
     """'250ms', '10s', '5m', '2h', '7d' or a bare number of seconds -> seconds."""
     raw = str(text).strip().lower()
+    number, scale = raw, 1.0
     for suffix in sorted(_SECONDS, key=len, reverse=True):
-        if raw.endswith(suffix) and raw[: -len(suffix)].replace(".", "", 1).isdigit():
-            return float(raw[: -len(suffix)]) * _SECONDS[suffix]
+        if raw.endswith(suffix):
+            number, scale = raw[: -len(suffix)], _SECONDS[suffix]
+            break
     try:
-        value = float(raw)
+        value = float(number) * scale
     except ValueError:
         raise UserError(f"{what}: {text!r} is not a duration (try 10s, 5m, 2h, 7d)") from None
+    if not math.isfinite(value):
+        raise UserError(f"{what}: {text!r} is not a finite duration")
     if value < 0:
         raise UserError(f"{what}: {text!r} must not be negative")
     return value

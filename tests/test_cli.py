@@ -4,6 +4,7 @@ import sys
 
 
 from gpuprobe.cli.main import main
+from gpuprobe.store import Store
 
 EXE = [sys.executable, "-m", "gpuprobe.cli.main"]
 
@@ -49,6 +50,8 @@ def test_import_gpuprobe_is_light():
 
 def test_store_info_and_retention(tmp_path, capsys):
     db = str(tmp_path / "s.db")
+    assert main(["store", "info", "--store", db]) == 2  # a reader does not create a store
+    Store.open(db).close()
     assert main(["store", "info", "--store", db, "--json"]) == 0
     assert '"schema_version"' in capsys.readouterr().out
     assert main(["store", "retention", "--max-age", "7d", "--store", db]) == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import uuid
 from pathlib import Path
 
 from gpuprobe.errors import StoreError
@@ -26,14 +27,15 @@ def _is_locked(exc: sqlite3.OperationalError) -> bool:
 
 
 def inspect_version(path: Path) -> int:
-    """The schema version of an existing file, 0 for an empty one; raises StoreError if not ours.
+    """The schema version of an existing file (0 for an SQLite file without tables); raises
+    StoreError if not ours.
 
     Reads only: a file that is not a gpuprobe store is never written to.
     """
-    if not path.exists() or path.stat().st_size == 0:
-        return 0
     if path.is_dir():
         raise StoreError(f"{path}: is a directory, not a gpuprobe store")
+    if path.stat().st_size == 0:
+        raise StoreError(f"{path}: not a gpuprobe store (an empty file)")
     with open(path, "rb") as fh:
         if fh.read(16) != SQLITE_HEADER:
             raise StoreError(f"{path}: not a gpuprobe store (not an SQLite database)")
@@ -60,6 +62,30 @@ def inspect_version(path: Path) -> int:
             f"{path}: written by a newer gpuprobe (schema {version}; this version knows up to "
             f"{SCHEMA_VERSION}); upgrade gpuprobe to read it")
     return version
+
+
+def create_store(path: Path) -> None:
+    """A new store at `path`, which does not exist: built and migrated under a temporary name,
+    then linked into place, so another process never sees a half-made file and an existing
+    file is never replaced."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
+    try:
+        conn = connect(tmp)
+        try:
+            migrate(conn, tmp, 0)
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it meanwhile: that one is used
+        except OSError:  # a file system without hard links
+            os.replace(tmp, path)
+    except sqlite3.OperationalError as exc:
+        raise StoreError(f"{path}: cannot create ({exc})") from None
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)
 
 
 def connect(path: Path, busy_timeout_s: float = 10.0, read_only: bool = False) -> sqlite3.Connection:

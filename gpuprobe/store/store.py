@@ -1,6 +1,7 @@
 """The embedded store: one SQLite file shared by one writer and many readers.
 
     store = Store.open("gpuprobe.db")          # checks, creates or migrates the file
+    store = Store.open(path, create=False)     # a reader: a missing file is an error, not a new store
     store.insert_samples([Sample(...), ...])   # batched, one transaction
     df = store.downsample("sm_util_pct", t0, t1, max_points=2000)
 
@@ -16,7 +17,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from gpuprobe.errors import StoreError
-from gpuprobe.store.connection import connect, inspect_version, migrate, resolve_path
+from gpuprobe.store.connection import connect, create_store, inspect_version, migrate, resolve_path
 from gpuprobe.store.records import RecordTables
 from gpuprobe.store.samples import SampleTables
 from gpuprobe.store.workloads import WorkloadTables
@@ -32,20 +33,24 @@ class Store(SampleTables, RecordTables, WorkloadTables):
 
     @classmethod
     def open(cls, path: str | Path | None = None, read_only: bool = False,
-             busy_timeout_s: float = 10.0) -> "Store":
-        """Open (creating or migrating as needed) the store at `path`, $GPUPROBE_STORE or ./gpuprobe.db.
+             busy_timeout_s: float = 10.0, create: bool = True) -> "Store":
+        """Open (migrating as needed) the store at `path`, $GPUPROBE_STORE or ./gpuprobe.db; a
+        missing file is created unless `create` is False or `read_only` is set.
 
-        Raises StoreError, leaving the file untouched, when it is not a gpuprobe store, was
-        written by a newer schema, or stays locked past `busy_timeout_s`.
+        Raises StoreError, leaving the file untouched, when it is missing and not to be created,
+        is not a gpuprobe store (an empty file included), was written by a newer schema, or
+        stays locked past `busy_timeout_s`.
         """
         path = resolve_path(path)
+        if not path.exists():
+            if read_only or not create:
+                raise StoreError(f"no store at {path}")
+            if not path.parent.exists():
+                raise StoreError(f"{path}: folder {path.parent} does not exist")
+            create_store(path)
         version = inspect_version(path)
         if read_only:
-            if not path.exists():
-                raise StoreError(f"{path}: no such store")
             return cls(path, connect(path, busy_timeout_s, read_only=True), read_only=True)
-        if not path.parent.exists():
-            raise StoreError(f"{path}: folder {path.parent} does not exist")
         try:
             conn = connect(path, busy_timeout_s)
         except sqlite3.OperationalError as exc:

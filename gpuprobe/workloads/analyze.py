@@ -12,15 +12,18 @@ an assumption stated in the summary; pass a measured TBT when there is one).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from gpuprobe.errors import UserError
 from gpuprobe.workloads.changepoints import change_points
 
 DEFAULT_DECODE_TBT_S = 0.030
 BLOCK_TOKENS = 512
+MAX_BUCKETS = 100_000  # beyond this the table and its JSON run to gigabytes
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,21 @@ def _bucket_table(df: pd.DataFrame, bucket_s: float, tbt_s: float) -> pd.DataFra
     return table
 
 
+def _check_buckets(arrival_s: np.ndarray, bucket_s: float) -> None:
+    """Refuse more than MAX_BUCKETS buckets (there are at most span / bucket_s + 2)."""
+    span = float(arrival_s.max() - arrival_s.min()) if arrival_s.size else 0.0
+    if span / bucket_s > MAX_BUCKETS - 2:
+        least = math.ceil(span / (MAX_BUCKETS - 2) * 1000) / 1000  # whole ms, rounded up
+        raise UserError(f"--bucket: {bucket_s:g} s cuts a {span:,.0f} s workload into more than {MAX_BUCKETS:,} "
+                        f"buckets; use a larger --bucket (at least {least:g}s)")
+
+
 def analyze(df: pd.DataFrame, bucket_s: float = 10.0, decode_tbt_s: float | None = None) -> MixAnalysis:
     """Bucketed phase mix of a workload DataFrame (arrival_s in seconds)."""
     if bucket_s <= 0:
         raise ValueError("bucket_s must be positive")
     tbt = DEFAULT_DECODE_TBT_S if decode_tbt_s is None else decode_tbt_s
+    _check_buckets(df["arrival_s"].to_numpy(dtype=float), bucket_s)
     table = _bucket_table(df, bucket_s, tbt)
     share = table["prefill_token_share"]
     valid = share.notna().to_numpy()

@@ -8,10 +8,12 @@ from gpuprobe.errors import UserError
 
 class BadRows:
     """Rejects rows for one file. Without `skip_bad` the first rejection raises a UserError
-    "FILE:LINE: field NAME: problem"; with it, rows are counted by reason and the import goes on."""
+    "FILE:LINE: field NAME: problem", followed by a hint to use --skip-bad unless `skip_bad_hint` is
+    False (for callers without that flag); with it, rows are counted by reason and the import goes on."""
 
-    def __init__(self, path, skip_bad: bool = False):
+    def __init__(self, path, skip_bad: bool = False, skip_bad_hint: bool = True):
         self.path, self.skip_bad = str(path), skip_bad
+        self._hint = " (use --skip-bad to import the rest)" if skip_bad_hint else ""
         self.skipped: Counter = Counter()   # reason -> rows skipped as bad
         self.dropped: Counter = Counter()   # reason -> rows dropped by the format's rules (failures)
         self.first_line: dict[str, int] = {}
@@ -19,7 +21,7 @@ class BadRows:
     def reject(self, line: int, field: str, problem: str, reason: str | None = None) -> None:
         line = int(line)  # may be a numpy integer (csvblocks.py); the report is JSON
         if not self.skip_bad:
-            raise UserError(f"{self.path}:{line}: field {field}: {problem} (use --skip-bad to import the rest)")
+            raise UserError(f"{self.path}:{line}: field {field}: {problem}{self._hint}")
         key = reason or f"field {field}: {problem}"
         self.skipped[key] += 1
         self.first_line.setdefault(key, line)

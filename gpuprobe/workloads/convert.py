@@ -42,12 +42,15 @@ def _parse_numbers(values: list) -> np.ndarray:
 
 
 def numbers(values: list, lines: list[int], field: str, bad: BadRows) -> tuple[np.ndarray, np.ndarray]:
-    """Finite floats; anything else (text, empty, NaN, inf, lists) is rejected. `values` is a
+    """Finite floats; anything else (missing, text, empty, NaN, inf, lists) is rejected. `values` is a
     list, or a NumberColumn whose `[i]` gives the file's text for messages."""
     arr = _parse_numbers(values)
     ok = np.isfinite(arr)
     for i in np.flatnonzero(~ok):
-        bad.reject(lines[i], field, f"{_show(values[i])} is not a number", reason=f"field {field}: not a number")
+        if values[i] is None:  # a JSON line without the field, or with null
+            bad.reject(lines[i], field, "is missing", reason=f"field {field}: missing")
+        else:
+            bad.reject(lines[i], field, f"{_show(values[i])} is not a number", reason=f"field {field}: not a number")
     return arr, ok
 
 

@@ -13,19 +13,34 @@ from gpuprobe.errors import UserError
 
 def load_workload(store, name_or_file: str) -> pd.DataFrame:
     """Workload columns (see Store.workload). A stored name wins over a bundled alias; raises
-    UserError if it is neither a name, an alias nor a file."""
-    if store.workload_id(name_or_file) is not None:
+    UserError if it is neither a name, an alias nor a file. `store` may be None (no store)."""
+    if store is not None and store.workload_id(name_or_file) is not None:
         return store.workload(name_or_file)
     path = bundled_trace(name_or_file) or Path(name_or_file)
     if not path.is_file():
         raise UserError(f"{name_or_file!r} is neither a workload in the store nor a trace file "
                         f"(see gpuprobe workloads list)")
     from gpuprobe.store import Store
-    from gpuprobe.workloads.pipeline import import_trace
+    from gpuprobe.workloads.pipeline import ImportOptions, import_trace
     with tempfile.TemporaryDirectory() as tmp:
         with Store.open(Path(tmp) / "scratch.db") as scratch:
-            import_trace(scratch, path, "file")
+            import_trace(scratch, path, "file", opts=ImportOptions(skip_bad_hint=False))
             return scratch.workload("file")
+
+
+def read_workload(store_path, name_or_file: str) -> pd.DataFrame:
+    """load_workload for commands that only read: the store is opened, never created, and is
+    not needed for a bundled alias or a trace file."""
+    from gpuprobe.store import Store
+    from gpuprobe.store.connection import resolve_path
+    path = resolve_path(store_path)
+    if path.exists():
+        with Store.open(path, create=False) as store:
+            return load_workload(store, name_or_file)
+    if not (bundled_trace(name_or_file) or Path(name_or_file)).is_file():
+        raise UserError(f"{name_or_file!r} is neither a bundled trace nor a trace file, and there is no "
+                        f"store at {path}")
+    return load_workload(None, name_or_file)
 
 
 def bundled_trace(name: str) -> Path | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from gpuprobe.errors import UserError
 from gpuprobe.workloads import formats
 from gpuprobe.workloads.badrows import BadRows
+from gpuprobe.workloads.importers.generic import parse_map
 from gpuprobe.workloads.ordering import WINDOW_ROWS, ReorderWindow
 from gpuprobe.workloads.readers import CHUNK_ROWS
 from gpuprobe.workloads.summary import SummaryBuilder, WorkloadSummary
@@ -24,6 +25,7 @@ class ImportOptions:
     mapping: str | None = None      # generic format: "timestamp=ts,prompt_tokens=in,output_tokens=out"
     time_unit: str | None = None    # generic format: s, ms, us, ns, iso
     run_id: str | None = None       # recorded format: one run of a store
+    skip_bad_hint: bool = True      # a bad row's error names --skip-bad (only `gpuprobe import` has it)
     chunk_rows: int = CHUNK_ROWS
     window_rows: int = WINDOW_ROWS
 
@@ -53,8 +55,10 @@ def import_trace(store, path, name: str, fmt: str = "auto", replace: bool = Fals
     _check_file(path)
     fmt = formats.detect(path, has_map=bool(opts.mapping)) if fmt == "auto" else formats.canonical(fmt)
     module = formats.importer(fmt)
-    bad = BadRows(path, skip_bad)
-    window = ReorderWindow(bad, module.TIME_FIELD, opts.window_rows)
+    bad = BadRows(path, skip_bad, opts.skip_bad_hint)
+    # Out-of-order rows name the time column as the file does (the --map column for csv).
+    time_field = parse_map(opts.mapping)["timestamp"] if fmt == "csv" else module.TIME_FIELD
+    window = ReorderWindow(bad, time_field, opts.window_rows)
     builder, t0 = SummaryBuilder(), None
     with store.workload_writer(name, source=str(path), fmt=fmt, replace=replace) as writer:
         def write(ready: dict) -> None:

@@ -20,6 +20,8 @@ from gpuprobe.errors import UserError
 
 MIXES = ("neutral", "decode-heavy", "prefill-heavy")
 CYCLE_DEPTH = 0.5
+MIN_CV, MAX_CV = 0.01, 100.0
+MAX_REQUESTS = 10_000_000  # expected requests (rate x duration); more would take gigabytes
 
 
 def arrivals(rng, rate_rps: float, duration_s: float, arrival: str, cv: float, daily_cycle: bool,
@@ -53,8 +55,15 @@ def synthesize(rate_rps: float, duration_s: float, lengths: pd.DataFrame, arriva
                cv: float = 1.0, mix_shift: tuple[str, str] = ("neutral", "neutral"), daily_cycle: bool = False,
                cycle_period_s: float = 86_400.0, seed: int = 0) -> pd.DataFrame:
     """A workload DataFrame: arrival_s (s from 0), prompt_tokens, output_tokens."""
-    if rate_rps <= 0 or duration_s <= 0 or cv <= 0:
-        raise UserError("--rate, --duration and --cv must be more than 0")
+    if rate_rps <= 0 or duration_s <= 0:
+        raise UserError("--rate and --duration must be more than 0")
+    if rate_rps * duration_s > MAX_REQUESTS:
+        raise UserError(f"--rate x --duration is about {rate_rps * duration_s:,.0f} requests, more than "
+                        f"{MAX_REQUESTS:,}: lower --rate or --duration")
+    if not MIN_CV <= cv <= MAX_CV:  # far outside, gamma gaps underflow to 0 or overflow
+        raise UserError(f"--cv: {cv:g} is not between {MIN_CV:g} and {MAX_CV:g}")
+    if daily_cycle and cycle_period_s <= 0:
+        raise UserError("--cycle-period: must be more than 0s")
     if arrival not in ("poisson", "gamma"):
         raise UserError(f"--arrival: {arrival!r} is not poisson or gamma")
     for mix in mix_shift:
@@ -64,6 +73,8 @@ def synthesize(rate_rps: float, duration_s: float, lengths: pd.DataFrame, arriva
         raise UserError("--lengths-from: the length source has no requests")
     rng = np.random.default_rng(seed)
     t = arrivals(rng, rate_rps, duration_s, arrival, cv, daily_cycle, cycle_period_s)
+    if not t.size:
+        raise UserError("synth produced no requests: raise --rate or --duration")
     p_src = lengths["prompt_tokens"].to_numpy(dtype=np.int64)
     o_src = lengths["output_tokens"].to_numpy(dtype=np.int64)
     share = p_src / np.maximum(p_src + o_src, 1)

@@ -16,17 +16,17 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from gpuprobe.workloads.loading import load_workload
-    from gpuprobe.store import Store
+    from gpuprobe.errors import UserError
     from gpuprobe.units import parse_duration
     from gpuprobe.workloads.analyze import analyze
+    from gpuprobe.workloads.loading import read_workload
 
     bucket_s = parse_duration(args.bucket, "--bucket")
     if bucket_s <= 0:
-        from gpuprobe.errors import UserError
         raise UserError("--bucket: must be more than 0s")
-    with Store.open(args.store) as store:
-        df = load_workload(store, args.workload)
+    df = read_workload(args.store, args.workload)
+    if df.empty:
+        raise UserError(f"workload {args.workload!r} has no requests")
     mix = analyze(df, bucket_s, parse_duration(args.decode_tbt, "--decode-tbt"))
     if args.json:
         print(json.dumps(mix.to_dict()))

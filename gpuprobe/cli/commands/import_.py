@@ -17,7 +17,9 @@ def add_arguments(p) -> None:
     p.add_argument("--map", dest="mapping", metavar="KEY=COL,...",
                    help="generic format: timestamp=COL,prompt_tokens=COL,output_tokens=COL[,model=COL]")
     p.add_argument("--time-unit", choices=["s", "ms", "us", "ns", "iso"], help="generic format: timestamp unit")
-    p.add_argument("--run-id", help="recorded format: import one run of a store")
+    p.add_argument("--run-id", help="recorded format: import one run of a store (default: every run, "
+                                    "as recorded by the replay client if the store has its rows, else "
+                                    "by the tap, else by the server; the other rows are counted as dropped)")
     p.add_argument("--replace", action="store_true", help="overwrite a workload of the same name")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip broken rows (and rows too far out of order) and report them by reason; "

@@ -18,13 +18,17 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from gpuprobe.errors import UserError
     from gpuprobe.store import Store
     from gpuprobe.units import parse_duration
 
-    with Store.open(args.store) as store:
+    max_age_s = parse_duration(args.max_age, "--max-age")
+    resolution_s = parse_duration(args.resolution, "--resolution")
+    if resolution_s < 0.001:  # 0 would divide by zero, and finer thins nothing
+        raise UserError(f"--resolution: {args.resolution!r} must be at least 1ms")
+    with Store.open(args.store, create=False) as store:
         if args.action == "retention":
-            removed = store.apply_retention(parse_duration(args.max_age, "--max-age"), args.mode,
-                                            parse_duration(args.resolution, "--resolution"))
+            removed = store.apply_retention(max_age_s, args.mode, resolution_s)
             out = {"removed_rows": removed, "mode": args.mode}
         else:
             tables = ["samples", "series", "requests", "steps", "workloads", "workload_requests",

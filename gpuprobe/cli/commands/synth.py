@@ -3,22 +3,24 @@ from __future__ import annotations
 
 import json
 
+from gpuprobe.cli.argtypes import nonneg_int, positive_float
+
 NAME = "synth"
 HELP = "generate a synthetic workload (Poisson or gamma arrivals, resampled lengths, mix shift, daily cycle)"
 
 
 def add_arguments(p) -> None:
     p.add_argument("--name", required=True, help="workload name to save it under")
-    p.add_argument("--rate", type=float, default=2.0, help="mean arrival rate, requests/s (default 2)")
+    p.add_argument("--rate", type=positive_float, default=2.0, help="mean arrival rate, requests/s (default 2)")
     p.add_argument("--duration", default="600s", help="length of the workload (default 600s)")
     p.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson", help="arrival process")
-    p.add_argument("--cv", type=float, default=1.0, help="gamma: coefficient of variation of gaps (>1 bursty)")
+    p.add_argument("--cv", type=positive_float, default=1.0, help="gamma: coefficient of variation of gaps, 0.01-100 (>1 bursty)")
     p.add_argument("--lengths-from", default="azure-conv",
                    help="workload name, trace file, or bundled azure-conv / azure-code (default azure-conv)")
     p.add_argument("--mix-shift", help="START:END mix, each neutral, decode-heavy or prefill-heavy")
     p.add_argument("--daily-cycle", action="store_true", help="modulate the rate over a day (+-50%%)")
     p.add_argument("--cycle-period", default="1d", help="period of --daily-cycle (default 1d; shorter to compress)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same workload)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="random seed (same seed, same workload)")
     p.add_argument("--replace", action="store_true", help="overwrite a workload of the same name")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 

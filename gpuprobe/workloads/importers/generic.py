@@ -14,7 +14,6 @@ from gpuprobe.workloads.chunk import find_columns, make_chunk
 from gpuprobe.workloads.csvblocks import csv_columns
 from gpuprobe.workloads.readers import jsonl_chunks
 
-TIME_FIELD = "timestamp"
 REQUIRED = ("timestamp", "prompt_tokens", "output_tokens")
 OPTIONAL = ("model", "log_type", "session_id")
 

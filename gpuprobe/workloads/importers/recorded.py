@@ -3,7 +3,9 @@
 prompt_tokens, output_tokens, and optionally status, model, run_id).
 
 Requests whose status is not 'ok' are dropped and counted: a workload is what was served, and a
-failed request has no trustworthy output length. `--run-id` picks one run out of a store.
+failed request has no trustworthy output length. `--run-id` picks one run out of a store;
+without it, one recording source of a store is imported: the replay client's rows if it has
+them, else the tap's, else the server's (each replayed request is recorded by all on its path).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
+from gpuprobe.errors import UserError
 from gpuprobe.workloads import convert
 from gpuprobe.workloads.chunk import find_columns, make_chunk
 from gpuprobe.workloads.csvblocks import NumberColumn, csv_columns
@@ -21,6 +24,7 @@ TIME_FIELD = "arrival_s"
 COLUMNS = {"time": "arrival_s", "prompt": "prompt_tokens", "output": "output_tokens"}
 OPTIONAL = {"status": "status", "model": "model", "run_id": "run_id"}
 SQLITE_MAGIC = b"SQLite format 3\x00"
+SOURCES = ("replay", "tap", "server")  # recorders of a store's requests, nearest the client first
 
 
 def is_sqlite(path) -> bool:
@@ -59,15 +63,43 @@ def _convert(cols, lines, names, opts, bad) -> dict:
     return make_chunk(lines, t, p, o, ok_t & ok_p & ok_o, model=model)
 
 
+def _runs_text(conn) -> str:
+    runs = [r for (r,) in conn.execute("SELECT DISTINCT run_id FROM requests ORDER BY run_id")]
+    shown = ", ".join(repr(r) for r in runs[:10]) or "none"
+    return shown + (f" ({len(runs):,} in all)" if len(runs) > 10 else "")
+
+
+def _where(conn, path, opts, bad) -> tuple[str, tuple]:
+    """The rows to import: the --run-id run, else the rows of one recording source (a replay
+    through a tap to gpuprobe's server records each request three times: sources 'replay',
+    'tap' and 'server'); the first of SOURCES the store has, nearest the client, is kept and
+    the other rows are counted as dropped."""
+    if opts.run_id:
+        if not conn.execute("SELECT 1 FROM requests WHERE run_id = ? LIMIT 1", (opts.run_id,)).fetchone():
+            raise UserError(f"no run {opts.run_id!r} in {path}; runs: {_runs_text(conn)}")
+        return " WHERE run_id = ?", (opts.run_id,)
+    counts = dict(conn.execute("SELECT source, COUNT(*) FROM requests GROUP BY source").fetchall())
+    if len(counts) <= 1:
+        return "", ()
+    keep = next((s for s in SOURCES if s in counts), None)
+    if keep is None:
+        raise UserError(f"{path}: requests recorded by several sources ({', '.join(sorted(counts))}); "
+                        f"pick one run with --run-id (runs: {_runs_text(conn)})")
+    for source, n in counts.items():
+        if source != keep:
+            bad.drop(f"source {source!r}: only {keep!r} rows are imported without --run-id", n)
+    return " WHERE source = ?", (keep,)
+
+
 def _store_chunks(path, opts, bad) -> Iterator[dict]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        sql = "SELECT pk, arrival_s, prompt_tokens, output_tokens, status, model, run_id FROM requests"
-        cur = conn.execute(sql + (" WHERE run_id = ?" if opts.run_id else "") + " ORDER BY arrival_s",
-                           (opts.run_id,) if opts.run_id else ())
-    except sqlite3.Error as exc:
-        bad.fatal(None, f"not a gpuprobe store with a requests table ({exc})")
-    try:
+        try:
+            where, args = _where(conn, path, opts, bad)
+            cur = conn.execute("SELECT pk, arrival_s, prompt_tokens, output_tokens, status, model, run_id "
+                               "FROM requests" + where + " ORDER BY arrival_s", args)
+        except sqlite3.Error as exc:
+            bad.fatal(None, f"not a gpuprobe store with a requests table ({exc})")
         while rows := cur.fetchmany(opts.chunk_rows):
             pk, *values = map(list, zip(*rows))
             cols = dict(zip(("time", "prompt", "output", "status", "model"), values))
