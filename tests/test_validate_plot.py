@@ -75,8 +75,8 @@ def test_a_plot_that_cannot_be_written_keeps_the_printed_results(tmp_path, monke
     monkeypatch.setattr(cmd, "load_named_workload", lambda store, name: None)
     p = argparse.ArgumentParser()
     cmd.add_arguments(p)
-    (tmp_path / "taken").mkdir()  # a directory where the file should go
     args = p.parse_args(["--workload", "x", "--json", "--plot", str(tmp_path / "taken")])
+    (tmp_path / "taken").mkdir()  # a directory where the file should go, made after the check
     args.store = None
     with pytest.raises(UserError, match="--plot: cannot write"):
         cmd.run(args)

@@ -32,18 +32,28 @@ def prefill_sizes_for(max_prompt: int, max_len: int) -> tuple[int, ...]:
     return tuple(dict.fromkeys(sizes))
 
 
-async def _models(session, base: str) -> tuple[str | None, int | None]:
-    from gpuprobe.workloads.replay import discover
+def server_model(base_url: str, timeout_s: float = 10.0) -> dict:
+    """The first entry of the server's GET /v1/models; {} when it lists none or does not answer
+    (the endpoint is optional, and an unreachable server fails the calibration itself)."""
+    import json
+    import urllib.request
 
-    return await discover(session, base)
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=timeout_s) as r:
+            data = json.load(r).get("data") or [{}]
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return data[0] if isinstance(data[0], dict) else {}
 
 
 async def _session_run(base: str, fn, timeout_s: float):
     import aiohttp
 
+    from gpuprobe.workloads.replay import discover
+
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=5)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        model, vocab = await _models(session, base)
+        model, vocab = await discover(session, base)
         return await fn(session, model, vocab)
 
 
@@ -64,6 +74,7 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
 
     Raises GpuprobeError when the server cannot be reached or a request fails.
     """
+    from gpuprobe.workloads.replay import DEFAULT_VOCAB
     from gpuprobe.workloads.replay_client import request_body, send_one, token_ids
 
     base = base_url.rstrip("/")
@@ -71,7 +82,7 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
     note = progress or (lambda msg: None)
 
     async def go(session, model, found_vocab):
-        vocab_n = vocab or found_vocab or 1000
+        vocab_n = vocab or found_vocab or DEFAULT_VOCAB  # the server's, else replay's safe range
         def body(n_prompt, n_out):
             return request_body(model, token_ids(rng, n_prompt, vocab_n), n_out)
 

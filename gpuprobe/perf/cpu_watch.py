@@ -106,30 +106,38 @@ class PhaseGuard:
 
     guard(phase, fn): wait for quiet (at most max_wait_s), run fn, and when other processes
     used `quiet` cores or more meanwhile, run it once more if the budget allows. Returns the
-    foreign load (cores) of the run that was kept. `phases_left` phases of about `phase_s`
-    seconds each are kept in reserve, so waits and repeats never break the deadline.
+    foreign load (cores) of the run that was kept. The phase about to run and the
+    `phases_left` after it are kept in reserve, each at the mean length of the phases run so
+    far (at least `phase_s`), so waits and repeats spend only what the deadline leaves over.
     """
 
     def __init__(self, deadline: float, phases_left: int, phase_s: float = 30.0,
                  max_wait_s: float = 30.0, quiet: float = QUIET_CORES, say=lambda m: None):
         self.deadline, self.phases_left, self.phase_s = deadline, phases_left, phase_s
         self.max_wait_s, self.quiet, self.say = max_wait_s, quiet, say
+        self.took: list[float] = []  # seconds each run of a phase took
 
-    def _spare_s(self) -> float:
-        return self.deadline - time.monotonic() - self.phases_left * self.phase_s
+    def _per_phase_s(self) -> float:
+        return max(self.phase_s, sum(self.took) / len(self.took)) if self.took else self.phase_s
+
+    def _spare_s(self, next_s: float) -> float:
+        """Seconds left over once a run of next_s and the phases left are kept in reserve."""
+        return self.deadline - time.monotonic() - next_s - self.phases_left * self._per_phase_s()
 
     def __call__(self, phase: str, fn) -> float | None:
         self.phases_left = max(0, self.phases_left - 1)
-        load = None
+        load, next_s = None, self._per_phase_s()
         for attempt in (1, 2):
-            if self._spare_s() > 0:
-                wait_quiet(min(self.max_wait_s, self._spare_s()), quiet=self.quiet, say=self.say)
+            if self._spare_s(next_s) > 0:
+                wait_quiet(min(self.max_wait_s, self._spare_s(next_s)), quiet=self.quiet,
+                           say=self.say)
             watch, t0 = CpuWatch(), time.monotonic()
             fn()
-            load, took = watch.foreign_cores(), time.monotonic() - t0
+            load, next_s = watch.foreign_cores(), time.monotonic() - t0
+            self.took.append(next_s)
             if load is None or load < self.quiet:
                 return load
-            if attempt == 2 or self._spare_s() < took + 5:
+            if attempt == 2 or self._spare_s(next_s) < 5:
                 break
             self.say(f"{phase}: disturbed ({load:.2f} cores used by other processes); repeating it")
         self.say(f"{phase}: the machine was busy ({load:.2f} cores used by other processes); "

@@ -153,14 +153,16 @@ TBT_TOLERANCE = 0.15  # p99 TBTs closer than this (relative) count as equal
 
 
 def tied_best(summaries: dict[str, dict], tbt_tolerance: float = TBT_TOLERANCE) -> list[str]:
-    """The layouts that cannot be told apart from the best, simplest first.
+    """The layouts that cannot be told apart from the best, simplest first; a layout that
+    completed no request is never among them.
 
     Highest SLO attainment first: layouts within two standard errors of the top attainment
     (binomial, over num_requests) tie on it. Among those, the lowest p99 TBT: layouts within
     `tbt_tolerance` of the lowest tie on it. A difference smaller than the measurement can
     resolve is no reason to pick the layout with more devices or moving parts.
     """
-    if not summaries:
+    summaries = {k: s for k, s in summaries.items() if s.get("num_completed", 1)}
+    if not summaries:  # none given, or none served a single request
         return []
     att = {k: float(s.get("slo_attainment", 0.0) or 0.0) for k, s in summaries.items()}
     top = max(att.values())
@@ -183,3 +185,14 @@ def pick_best(summaries: dict[str, dict], tbt_tolerance: float = TBT_TOLERANCE) 
     measurement's resolution ignored (tied_best), then the simplest layout."""
     tied = tied_best(summaries, tbt_tolerance)
     return tied[0] if tied else None
+
+
+def best_note(summaries: dict[str, dict], best: str | None) -> str | None:
+    """What a reader must know about pick_best's answer: that no layout served the workload,
+    or that the best meets the SLOs for no request; None when neither."""
+    if best is None:
+        return "no layout served the workload (no layout completed a request)" if summaries else None
+    if summaries[best]["slo_attainment"] == 0.0:
+        return (f"no layout meets these SLOs; {best} comes closest "
+                f"(p99 TBT {summaries[best].get('tbt_p99_s', float('nan')):.4f} s)")
+    return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -31,6 +32,7 @@ from gpuprobe.perf.calibrate import prefill_sizes_for
 from gpuprobe.perf.metrics import (
     Slo,
     aggregate,
+    best_note,
     first_gap_shares,
     gaps_from_token_times,
     per_request,
@@ -156,11 +158,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     say = lambda m: _say(m, progress)
     guard = PhaseGuard(time.monotonic() + opts.time_budget_s, (2 + opts.replays) * len(order),
                        max_wait_s=opts.quiet_wait_s, say=say)
-    keep = os.environ.get("GPUPROBE_VALIDATE_LOGS")  # a folder to keep the servers' logs in
-    if keep:
-        os.makedirs(keep, exist_ok=True)
-    with (contextlib.nullcontext(keep) if keep else
-          tempfile.TemporaryDirectory(prefix="gpuprobe-validate-")) as tmp, \
+    with _log_dir(os.environ.get("GPUPROBE_VALIDATE_LOGS")) as tmp, \
             start_speed_probe(opts, say) as speed_probe:
         for layout in order:
             say(f"{layout}: starting the server")
@@ -208,6 +206,20 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                                                             busy.items())
             + ": those measurements include their interference")
     return out
+
+
+@contextlib.contextmanager
+def _log_dir(keep: str | None):
+    """The folder for the servers' logs and stores: `keep` if given, else a temporary one that
+    is removed after a run that succeeds and kept after one that fails, so the log a failure
+    message names is still there."""
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        yield keep
+        return
+    tmp = tempfile.mkdtemp(prefix="gpuprobe-validate-")
+    yield tmp
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def predict_layouts(wl: pd.DataFrame, probes: dict, speed: float, opts: ValidateOptions,
@@ -346,9 +358,6 @@ def _result(rows, predicted, measured, confidence, opts, capacity, speed, profil
                         "rate_rps": opts.rate_rps, "capacity_rps": capacity, "speed": speed},
            "wall_s": wall_s, "profile": profile.to_dict()}
     for name, summ in (("best_measured", measured), ("best_predicted", predicted)):
-        b = out[name]
-        if b is not None and summ[b]["slo_attainment"] == 0.0:
-            out.setdefault("notes", []).append(
-                f"{name}: no layout meets these SLOs; {b} comes closest "
-                f"(p99 TBT {summ[b].get('tbt_p99_s', float('nan')):.4f} s)")
+        if note := best_note(summ, out[name]):
+            out.setdefault("notes", []).append(f"{name}: {note}")
     return out

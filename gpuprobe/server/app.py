@@ -62,6 +62,7 @@ class ServerApp:
         arrival_s = time.time()
         try:
             req = parse(await _json_body(request))
+            oa.check_model(req.model, self.model.name)
             prefix = "chatcmpl" if req.kind == "chat" else "cmpl"
             t = Tracked(f"{prefix}-{uuid.uuid4().hex[:24]}", req, arrival_s)
             self.router.submit(t)
@@ -72,7 +73,8 @@ class ServerApp:
         return await collect(t, self.router, self.model)
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response(oa.models_response(self.model.name, self.model.max_context))
+        return web.json_response(oa.models_response(self.model.name, self.model.max_context,
+                                                    self.model.vocab_size))
 
     async def health(self, request: web.Request) -> web.Response:
         active = self.router.active

@@ -86,12 +86,26 @@ def start_server(model: str = "tiny", layout: str = "monolithic", port: int | No
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise GpuprobeError(f"server exited with code {proc.returncode} before ready"
-                                + (f" (log: {log_path})" if log_path else ""))
+                                + _log_says(log_path))
         if _healthy(handle.url):
             return handle
         time.sleep(0.2)
     handle.stop(5)
-    raise GpuprobeError(f"server not healthy after {timeout_s:.0f}s")
+    raise GpuprobeError(f"server not healthy after {timeout_s:.0f}s" + _log_says(log_path))
+
+
+def _log_says(log_path: str | None, lines: int = 3) -> str:
+    """'; its log PATH ends: ...' with the log's last non-empty lines, for a one-line error."""
+    if not log_path:
+        return ""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            text = fh.read().decode(errors="replace")
+    except OSError as exc:
+        return f"; its log {log_path} cannot be read: {exc.strerror}"
+    tail = " | ".join([x.strip() for x in text.splitlines() if x.strip()][-lines:])
+    return f"; its log {log_path} ends: {tail or '(empty)'}"
 
 
 def _healthy(url: str) -> bool:

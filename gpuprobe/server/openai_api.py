@@ -11,18 +11,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+CHAT_ROLES = ("system", "user", "assistant", "tool")  # what the chat templates render
+
 
 class ApiError(Exception):
     """A client error: HTTP `status` with an OpenAI-style error body naming `param`."""
 
     def __init__(self, message: str, param: str | None = None, status: int = 400,
-                 kind: str = "invalid_request_error"):
+                 kind: str = "invalid_request_error", code: str | None = None):
         super().__init__(message)
-        self.param, self.status, self.kind = param, status, kind
+        self.param, self.status, self.kind, self.code = param, status, kind, code
 
     def body(self) -> dict:
         return {"error": {"message": str(self), "type": self.kind, "param": self.param,
-                          "code": None}}
+                          "code": self.code}}
 
 
 @dataclass(frozen=True)
@@ -69,16 +71,22 @@ def _common(body: Any, kind: str, prompt_ids: list[int], max_context: int,
     max_tokens = _get(body, "max_tokens", (int,), None)
     if kind == "chat":
         max_tokens = _get(body, "max_completion_tokens", (int,), max_tokens)
+    prompt_param = "prompt" if kind == "completion" else "messages"
     if max_tokens is None:
-        max_tokens = max(1, min(default_max_tokens, max_context - len(prompt_ids)))
+        if len(prompt_ids) >= max_context:
+            raise ApiError(f"this model's maximum context length is {max_context} tokens; the "
+                           f"prompt alone has {len(prompt_ids)}, leaving no room for a "
+                           f"completion", prompt_param)
+        max_tokens = min(default_max_tokens, max_context - len(prompt_ids))
     if max_tokens < 1:
         raise ApiError(f"'max_tokens' must be >= 1, got {max_tokens}", "max_tokens")
     if len(prompt_ids) + max_tokens > max_context:
-        param = "prompt" if kind == "completion" else "messages"
-        if len(prompt_ids) < max_context:
-            param = "max_tokens"
         raise ApiError(f"this model's maximum context length is {max_context} tokens; the "
-                       f"prompt has {len(prompt_ids)} and max_tokens is {max_tokens}", param)
+                       f"prompt has {len(prompt_ids)} and max_tokens is {max_tokens}",
+                       "max_tokens" if len(prompt_ids) < max_context else prompt_param)
+    if _get(body, "n", (int,), 1) != 1:
+        raise ApiError("'n' must be 1: this server returns one choice per request (vLLM "
+                       "supports n > 1, gpuprobe's reference server does not)", "n")
     temperature = float(_get(body, "temperature", (int, float), 1.0))
     if not 0 <= temperature <= 2:
         raise ApiError(f"'temperature' must be in [0, 2], got {temperature}", "temperature")
@@ -133,8 +141,12 @@ def parse_chat(body: Any, apply_template: Callable[[list[dict]], list[int]], max
     if not isinstance(messages, list) or not messages:
         raise ApiError("'messages' must be a non-empty list", "messages")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ApiError(f"'messages[{i}]' must be an object with a string 'role'", "messages")
+        if not isinstance(m, dict):
+            raise ApiError(f"'messages[{i}]' must be an object with 'role' and 'content'",
+                           "messages")
+        if m.get("role") not in CHAT_ROLES:
+            raise ApiError(f"'messages[{i}].role' must be one of {', '.join(CHAT_ROLES)}, got "
+                           f"{m.get('role')!r}", "messages")
         content = m.get("content")
         if isinstance(content, list):  # content parts: keep the text ones
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
@@ -184,6 +196,17 @@ def full_response(req: GenRequest, rid: str, model: str, text: str, finish_reaso
             "choices": [choice], "usage": usage(len(req.prompt_token_ids), completion_tokens)}
 
 
-def models_response(model: str, max_context: int) -> dict:
+def check_model(requested: str, served: str) -> None:
+    """A request naming another model than the one served is a 404, as OpenAI answers it;
+    a request naming none gets the served one."""
+    if requested and requested != served:
+        raise ApiError(f"The model `{requested}` does not exist.", "model", 404,
+                       code="model_not_found")
+
+
+def models_response(model: str, max_context: int, vocab_size: int) -> dict:
+    """GET /v1/models. Besides OpenAI's fields: max_model_len (vLLM's name) and vocab_size,
+    so a client sending token-id prompts knows which ids are valid."""
     return {"object": "list", "data": [{"id": model, "object": "model", "created": 0,
-                                        "owned_by": "gpuprobe", "max_model_len": max_context}]}
+                                        "owned_by": "gpuprobe", "max_model_len": max_context,
+                                        "vocab_size": vocab_size}]}

@@ -1,30 +1,62 @@
 """`gpuprobe profile`: a cost-model profile from a live server, stored step records, or a spec sheet."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
+from gpuprobe.cli.argtypes import positive_int
+
 NAME = "profile"
 HELP = "measure or derive the cost model (prefill/decode step curves, overheads) into a JSON profile"
+MAX_PROMPT = 1024
+# The flags that apply to one source only; given with another, they are refused.
+MODE_FLAGS = {"target": ("layout", "max_prompt", "vocab"), "from_store": ("run",),
+              "spec": ("model_shape", "prefill_gpu", "decode_gpu")}
+
+
+def http_url(text: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL")
+    return text
 
 
 def add_arguments(p) -> None:
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--target", metavar="URL", help="live OpenAI-compatible server to calibrate")
+    src.add_argument("--target", type=http_url, metavar="URL",
+                     help="live OpenAI-compatible server to calibrate, e.g. http://127.0.0.1:8000")
     src.add_argument("--from-store", action="store_true", help="fit from the store's step records")
     src.add_argument("--spec", metavar="GPU", help="roofline from a datasheet: h200, h100, a100, l40s")
     p.add_argument("--run", metavar="RUN_ID", help="--from-store: only this server run")
-    p.add_argument("--layout", default="monolithic", choices=["monolithic", "intra", "cross"],
-                   help="--target: the layout the server runs (names the fitted workers)")
-    p.add_argument("--max-prompt", type=int, default=1024, metavar="N",
-                   help="--target: sweep prefills up to N tokens (default 1024); give the longest "
-                        "prompt your workload sends, so the fit is not extrapolated")
-    p.add_argument("--vocab", type=int, default=None, help="--target: token ids below this (default: ask the server)")
-    p.add_argument("--model-shape", default="llama3-8b", help="--spec: model shape (default llama3-8b)")
+    p.add_argument("--layout", choices=["monolithic", "intra", "cross"],
+                   help="--target: the layout the server runs (names the fitted workers; "
+                        "default monolithic)")
+    p.add_argument("--max-prompt", type=positive_int, metavar="N",
+                   help=f"--target: sweep prefills up to N tokens (default {MAX_PROMPT}; at most "
+                        f"the server's context less one); give the longest prompt your workload "
+                        f"sends, so the fit is not extrapolated")
+    p.add_argument("--vocab", type=positive_int, metavar="N",
+                   help="--target: token ids below this (default: ask the server)")
+    p.add_argument("--model-shape", help="--spec: model shape (default llama3-8b)")
     p.add_argument("--prefill-gpu", default=None, help="--spec: GPU for cross-layout prefill")
     p.add_argument("--decode-gpu", default=None, help="--spec: GPU for cross-layout decode")
     p.add_argument("--out", default="profile.json", help="where to write the profile (default profile.json)")
     p.add_argument("--name", default=None, help="also save it in the store under this name")
+
+
+def _check_mode(args) -> None:
+    from gpuprobe.errors import UserError
+
+    mode = next(m for m in MODE_FLAGS if getattr(args, m))
+    for other, names in MODE_FLAGS.items():
+        given = [n for n in names if other != mode and getattr(args, n) is not None]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UserError(f"{flag} applies to --{other.replace('_', '-')} only, "
+                            f"not to --{mode.replace('_', '-')}")
 
 
 def _build(args):
@@ -33,26 +65,37 @@ def _build(args):
     if args.spec:
         from gpuprobe.perf.roofline import roofline_profile
 
-        return roofline_profile(args.model_shape, args.spec, args.prefill_gpu, args.decode_gpu)
+        return roofline_profile(args.model_shape or "llama3-8b", args.spec, args.prefill_gpu,
+                                args.decode_gpu)
     if args.from_store:
         from gpuprobe.store import Store
 
         with Store.open(args.store) as store:
             return prof.from_store(store, args.run)
     from gpuprobe.errors import UserError
-    from gpuprobe.perf.calibrate import prefill_sizes_for, run_calibration
+    from gpuprobe.perf.calibrate import prefill_sizes_for, run_calibration, server_model
 
-    if args.max_prompt < 16:
-        raise UserError(f"--max-prompt must be >= 16, got {args.max_prompt}")
+    def say(msg: str) -> None:
+        print(f"[profile] {msg}", file=sys.stderr, flush=True)
+
+    max_prompt = args.max_prompt or MAX_PROMPT
+    if max_prompt < 16:
+        raise UserError(f"--max-prompt must be >= 16, got {max_prompt}")
+    context = server_model(args.target).get("max_model_len")
+    limit = context - 1 if isinstance(context, int) else max_prompt  # room for one output token
+    if max_prompt > limit:
+        say(f"--max-prompt {max_prompt} is more than the server's context of {context} tokens "
+            f"allows; sweeping prefills up to {limit} (one token is left for the output)")
     cal = run_calibration(args.target, vocab=args.vocab,
-                          prefill_sizes=prefill_sizes_for(args.max_prompt, args.max_prompt),
-                          progress=lambda m: print(f"[profile] {m}", file=sys.stderr, flush=True))
-    return prof.from_client(cal, args.layout)
+                          prefill_sizes=prefill_sizes_for(max_prompt, min(max_prompt, limit)),
+                          progress=say)
+    return prof.from_client(cal, args.layout or "monolithic")
 
 
 def run(args) -> int:
     from gpuprobe.perf.profile import write_atomic
 
+    _check_mode(args)
     profile = _build(args)
     write_atomic(args.out, profile.dumps())
     if args.name:

@@ -1,6 +1,8 @@
 """`gpuprobe serve`: the reference server (OpenAI API) in a monolithic, intra or cross layout."""
 from __future__ import annotations
 
+from gpuprobe.cli.argtypes import fraction, nonneg_int, port, positive_int
+
 NAME = "serve"
 HELP = "run the reference LLM server (OpenAI-compatible API) in a chosen layout"
 
@@ -10,19 +12,20 @@ def add_arguments(p) -> None:
                    help="tiny | smollm2-135m | llama3-8b-shape | PATH to a Llama GGUF (default tiny)")
     p.add_argument("--layout", default="monolithic", choices=["monolithic", "intra", "cross"])
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (0 = any free port; default 8000)")
+    p.add_argument("--port", type=port, default=8000, help="port (0 = any free port; default 8000)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--prefill-share", type=float, default=0.5,
+    p.add_argument("--prefill-share", type=fraction, default=0.5,
                    help="intra/cross: share of cores (CPU) or SMs (CUDA) for prefill (default 0.5)")
-    p.add_argument("--chunked-prefill-tokens", type=int, default=None, metavar="N",
+    p.add_argument("--chunked-prefill-tokens", type=positive_int, default=None, metavar="N",
                    help="token budget per step with chunked prefill (default: off)")
     p.add_argument("--admin-token-file", default=None, metavar="FILE",
                    help="file holding the bearer token for /admin (else $GPUPROBE_ADMIN_TOKEN; "
                         "with neither, /admin answers 403)")
-    p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per batch (default 64)")
-    p.add_argument("--max-queue", type=int, default=256,
+    p.add_argument("--max-num-seqs", type=positive_int, default=64, help="sequences per batch (default 64)")
+    p.add_argument("--max-queue", type=nonneg_int, default=256,
                    help="requests queued beyond --max-num-seqs before 429 (default 256)")
-    p.add_argument("--kv-cache-mb", type=int, default=256, help="KV cache per worker, MiB")
+    p.add_argument("--kv-cache-mb", type=positive_int, default=256,
+                   help="KV cache per worker, MiB (default 256)")
     p.add_argument("--cross-decode-addr", default=None, metavar="HOST:PORT",
                    help="cross: where the decode worker listens for KV (default 127.0.0.1:free)")
     p.add_argument("--grace", default="10s", help="on SIGTERM, how long in-flight requests get")
@@ -35,23 +38,27 @@ def options_from_args(args):
     from gpuprobe.server.kv_transfer import parse_addr
     from gpuprobe.server.options import LayoutConfig, ServeOptions
 
-    for flag, value, low in (("--max-num-seqs", args.max_num_seqs, 1), ("--max-queue", args.max_queue, 0),
-                             ("--kv-cache-mb", args.kv_cache_mb, 1), ("--port", args.port, 0)):
-        if value < low:
-            raise UserError(f"{flag} must be >= {low}, got {value}")
     if args.cross_decode_addr:
         try:
             parse_addr(args.cross_decode_addr)
         except ValueError as exc:
             raise UserError(f"--cross-decode-addr: {exc}") from None
-    try:
-        layout = LayoutConfig(args.layout, args.prefill_share, args.chunked_prefill_tokens)
-    except ValueError as exc:
-        raise UserError(f"--{str(exc).split(' ', 1)[0].replace('_', '-')}: {exc}") from None
+    layout = LayoutConfig(args.layout, args.prefill_share, args.chunked_prefill_tokens)
     opts = ServeOptions(model=args.model, device=args.device, max_num_seqs=args.max_num_seqs,
                         max_queue=args.max_queue, kv_cache_mb=args.kv_cache_mb,
                         cross_decode_addr=args.cross_decode_addr)
     return opts, layout
+
+
+def require_device(device: str) -> None:
+    """GpuprobeError, before any server starts, when --device cuda has no CUDA device."""
+    from gpuprobe.errors import GpuprobeError
+
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise GpuprobeError("--device cuda: no CUDA device visible to torch")
 
 
 def run(args) -> int:
@@ -64,11 +71,7 @@ def run(args) -> int:
     from gpuprobe.units import parse_duration
 
     opts, layout = options_from_args(args)
-    if opts.device == "cuda":
-        import torch  # only to check the device exists before spawning workers
-
-        if not torch.cuda.is_available():
-            raise GpuprobeError("--device cuda: no CUDA device visible to torch")
+    require_device(opts.device)
     token, source = load_token(args.admin_token_file)
     grace_s = parse_duration(args.grace, "--grace")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+from gpuprobe.cli.argtypes import positive_float, positive_int
+
 NAME = "simulate"
 HELP = "simulate a workload through layouts with a cost-model profile (no server needed)"
 
@@ -11,21 +13,29 @@ def add_arguments(p) -> None:
     p.add_argument("--workload", required=True, metavar="NAME|FILE",
                    help="stored workload, trace file, or azure-conv / azure-code (bundled)")
     p.add_argument("--profile", required=True, metavar="FILE", help="profile JSON (gpuprobe profile)")
-    p.add_argument("--layouts", default="monolithic,intra,cross")
-    p.add_argument("--limit", type=int, default=None, help="first N requests only")
-    p.add_argument("--speed", type=float, default=1.0, help="arrival rate multiplier (default 1)")
-    p.add_argument("--slo-ttft", type=float, default=2.0, metavar="S")
-    p.add_argument("--slo-tbt", type=float, default=0.1, metavar="S", help="per-request mean TBT SLO, s")
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--num-blocks", type=int, default=40000, help="KV blocks of 16 tokens per worker")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--layouts", default="monolithic,intra,cross",
+                   help="comma-separated layouts to compare (default monolithic,intra,cross)")
+    p.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                   help="first N requests only (default: all)")
+    p.add_argument("--speed", type=positive_float, default=1.0,
+                   help="arrival rate multiplier (default 1)")
+    p.add_argument("--slo-ttft", type=positive_float, default=2.0, metavar="S",
+                   help="TTFT SLO, s (default 2)")
+    p.add_argument("--slo-tbt", type=positive_float, default=0.1, metavar="S",
+                   help="per-request mean TBT SLO, s (default 0.1)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=256, metavar="N",
+                   help="sequences per batch per worker (default 256)")
+    p.add_argument("--num-blocks", type=positive_int, default=40000, metavar="N",
+                   help="KV blocks of 16 tokens per worker (default 40000)")
+    p.add_argument("--json", action="store_true",
+                   help="print the per-layout summaries and the pick as JSON")
 
 
 def run(args) -> int:
     from gpuprobe.cli.commands.validate import load_named_workload
     from gpuprobe.engine.scheduler import SchedulerConfig
     from gpuprobe.errors import UserError
-    from gpuprobe.perf.metrics import AGG_METRICS, Slo, pick_best
+    from gpuprobe.perf.metrics import AGG_METRICS, Slo, best_note, pick_best
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.perf.sim_layouts import LAYOUTS, LayoutConfig
     from gpuprobe.perf.simulator import simulate
@@ -33,8 +43,6 @@ def run(args) -> int:
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
     if not layouts or any(x not in LAYOUTS for x in layouts):
         raise UserError(f"--layouts: choose from {', '.join(LAYOUTS)}")
-    if not args.speed > 0:
-        raise UserError(f"--speed must be > 0, got {args.speed}")
     profile = load_profile(args.profile)
     wl = load_named_workload(args.store, args.workload)
     wl = wl.sort_values("arrival_s", kind="stable").iloc[:args.limit]
@@ -45,11 +53,25 @@ def run(args) -> int:
     slo = Slo(args.slo_ttft, args.slo_tbt)
     out = {x: simulate(wl, profile, x, slo, cfg).summary for x in layouts}
     best = pick_best(out)
+    notes = [_unserved(x, s, args.num_blocks) for x, s in out.items() if not s["num_completed"]]
+    if note := best_note(out, best):
+        notes.append(note)
     if args.json:
-        print(json.dumps({"layouts": out, "best": best, "slo": slo.to_dict()}, default=float))
+        print(json.dumps({"layouts": out, "best": best, "slo": slo.to_dict(), "notes": notes},
+                         default=float))
         return 0
     for x, s in out.items():
-        vals = " ".join(f"{m}={s[m]:.4g}" for m in AGG_METRICS)
+        vals = " ".join(f"{m}={s[m]:.4g}" for m in (*AGG_METRICS, "goodput_rps_per_device"))
         print(f"{x:<11} {vals} slo={s['slo_attainment']:.3f} confidence={s['confidence']['level']}")
-    print(f"best: {best}")
+    print(f"best: {best or 'none'}")
+    for note in notes:
+        print(note)
     return 0
+
+
+def _unserved(layout: str, s: dict, num_blocks: int) -> str:
+    rejected = s.get("num_rejected", 0)
+    why = (f"{rejected} of {s['num_requests']} rejected, as they do not fit the KV cache "
+           f"(--num-blocks {num_blocks} x 16 = {num_blocks * 16} tokens per worker)"
+           if rejected else "none finished")
+    return f"{layout}: no request completed: {why}"

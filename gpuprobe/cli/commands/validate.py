@@ -1,9 +1,11 @@
 """`gpuprobe validate`: predicted vs measured latency per layout on this machine."""
 from __future__ import annotations
 
+import argparse
 import json
 import math
-import os
+
+from gpuprobe.cli.argtypes import fraction, out_file, positive_float, positive_int
 
 NAME = "validate"
 # Defaults that depend on --device. On the CPU: the tiny model on 2 cores. On a GPU: an 8B
@@ -12,6 +14,28 @@ NAME = "validate"
 DEVICE_DEFAULTS = {"cpu": {"limit": 300, "token_scale": 0.1, "kv_cache_mb": None},
                    "cuda": {"limit": 30, "token_scale": 0.5, "kv_cache_mb": 16384}}
 HELP = "profile the reference server, replay a workload per layout, compare with the simulator"
+MAX_LOAD = 2.0
+
+
+def load_fraction(text: str) -> float:
+    """--load: above 0 and at most MAX_LOAD. Past 1 the queue grows for the whole replay, so
+    every latency measures the backlog, not the layout, and the run takes ever longer."""
+    value = positive_float(text)
+    if value > MAX_LOAD:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {MAX_LOAD:g}, got {value:g} (a fraction of the monolithic "
+            f"capacity: past 1 the queue only grows, so the latencies measure the backlog "
+            f"and the run takes ever longer)")
+    return value
+
+
+def request_count(text: str) -> int:
+    """--limit: at least 2, as the replay rate is set from the gaps between requests."""
+    value = positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2 (the replay rate is set from the "
+                                         f"gaps between requests), got {value}")
+    return value
 
 
 def add_arguments(p) -> None:
@@ -20,33 +44,34 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default="tiny", help="reference server model (default tiny)")
     p.add_argument("--layouts", default="monolithic,intra,cross",
                    help="comma-separated layouts (default monolithic,intra,cross)")
-    p.add_argument("--load", type=float, default=0.35,
-                   help="offered load as a fraction of the simulated monolithic capacity "
-                        "(default 0.35: about 0.6 of what the server sustains on 2 cores)")
-    p.add_argument("--rate", type=float, default=None, metavar="R",
+    p.add_argument("--load", type=load_fraction, default=0.35,
+                   help=f"offered load as a fraction of the simulated monolithic capacity, at "
+                        f"most {MAX_LOAD:g} (default 0.35: about 0.6 of what the server "
+                        f"sustains on 2 cores)")
+    p.add_argument("--rate", type=positive_float, default=None, metavar="R",
                    help="offered request rate, req/s (overrides --load)")
-    p.add_argument("--limit", type=int, default=None,
+    p.add_argument("--limit", type=request_count, default=None,
                    help="requests from the workload (default 300; 30 on cuda)")
-    p.add_argument("--token-scale", type=float, default=None,
+    p.add_argument("--token-scale", type=positive_float, default=None,
                    help="multiply prompt and output lengths (default 0.1, which fits the tiny "
                         "model; 0.5 on cuda)")
-    p.add_argument("--slo-ttft", type=float, default=0.5, metavar="S", help="TTFT SLO, s (default 0.5)")
-    p.add_argument("--slo-tbt", type=float, default=0.05, metavar="S",
+    p.add_argument("--slo-ttft", type=positive_float, default=0.5, metavar="S", help="TTFT SLO, s (default 0.5)")
+    p.add_argument("--slo-tbt", type=positive_float, default=0.05, metavar="S",
                    help="per-request mean TBT SLO, s (default 0.05)")
-    p.add_argument("--prefill-share", type=float, default=0.5,
+    p.add_argument("--prefill-share", type=fraction, default=0.5,
                    help="intra/cross: cores for prefill (default 0.5)")
-    p.add_argument("--replays", type=int, default=3,
+    p.add_argument("--replays", type=positive_int, default=3,
                    help="replays per layout; measured metrics are their medians (default 3)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="the reference server's device (default cpu)")
-    p.add_argument("--kv-cache-mb", type=int, default=None, metavar="MIB",
+    p.add_argument("--kv-cache-mb", type=positive_int, default=None, metavar="MIB",
                    help="KV cache per worker, MiB (default: the server's 256 on cpu, "
                         "16384 on cuda, which an 8B model needs for its batches)")
     p.add_argument("--no-speed-probe", action="store_true",
                    help="do not correct for the CPU cores' own speed drift between calibration "
                         "and replay (a probe process times a tiny engine run on each core)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--plot", metavar="PATH", default=None,
+    p.add_argument("--plot", type=out_file, metavar="PATH", default=None,
                    help="also write predicted against measured, per layout and metric, as an "
                         "HTML plot (measured with its range over the replays)")
 
@@ -64,22 +89,8 @@ def _options(args):
     dflt = DEVICE_DEFAULTS[args.device]
     limit = dflt["limit"] if args.limit is None else args.limit
     token_scale = dflt["token_scale"] if args.token_scale is None else args.token_scale
-    for flag, v in (("--load", args.load), ("--token-scale", token_scale),
-                    ("--slo-ttft", args.slo_ttft), ("--slo-tbt", args.slo_tbt)):
-        if not v > 0:
-            raise UserError(f"{flag} must be > 0, got {v}")
-    if args.rate is not None and not args.rate > 0:
-        raise UserError(f"--rate must be > 0, got {args.rate}")
-    if args.replays < 1:
-        raise UserError(f"--replays must be >= 1, got {args.replays}")
-    plot_dir = os.path.dirname(os.path.abspath(args.plot)) if args.plot else None
-    if plot_dir and not os.path.isdir(plot_dir):  # say so now, not after minutes of replays
-        raise UserError(f"--plot: directory {plot_dir} does not exist")
-    if args.kv_cache_mb is not None and args.kv_cache_mb < 1:
-        raise UserError(f"--kv-cache-mb must be >= 1, got {args.kv_cache_mb}")
     kv_mb = args.kv_cache_mb or dflt["kv_cache_mb"]
-    if limit < 2:
-        raise UserError(f"--limit must be >= 2, got {limit}")
+    _check_model(args.model)
     return ValidateOptions(model=args.model, layouts=layouts, load=args.load, rate_rps=args.rate,
                            limit=limit, token_scale=token_scale,
                            slo=Slo(args.slo_ttft, args.slo_tbt), prefill_share=args.prefill_share,
@@ -88,13 +99,28 @@ def _options(args):
                            speed_probe=not args.no_speed_probe)
 
 
-def load_named_workload(store_path, name: str):
-    """A stored workload, a file, or a bundled trace alias (azure-conv, azure-code)."""
-    from gpuprobe.store import Store
-    from gpuprobe.workloads.loading import load_workload
+def _check_model(name: str) -> None:
+    """UserError now, not minutes later in the first server, for a model that does not exist."""
+    from gpuprobe.errors import UserError
+    from gpuprobe.model.config import resolve_model
+    from gpuprobe.model.gguf_loader import ModelLoadError
 
-    with Store.open(store_path) as store:
-        return load_workload(store, name)
+    try:
+        resolve_model(name)
+    except (ValueError, ModelLoadError) as exc:
+        raise UserError(f"--model {name}: {exc}") from None
+
+
+def load_named_workload(store_path, name: str):
+    """A stored workload, a file, or a bundled trace alias (azure-conv, azure-code); UserError
+    when it holds no request."""
+    from gpuprobe.errors import UserError
+    from gpuprobe.workloads.loading import read_workload
+
+    wl = read_workload(store_path, name)  # reads only: a mistyped --store is not created
+    if wl.empty:
+        raise UserError(f"workload {name!r} is empty: it has no requests")
+    return wl
 
 
 def _fmt(v) -> str:
@@ -102,9 +128,11 @@ def _fmt(v) -> str:
 
 
 def run(args) -> int:
+    from gpuprobe.cli.commands.serve import require_device
     from gpuprobe.perf.validate import run_validate
 
     opts = _options(args)
+    require_device(opts.device)
     wl = load_named_workload(args.store, args.workload)
     out = run_validate(wl, opts, progress=True)
     if args.json:
