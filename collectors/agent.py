@@ -27,7 +27,7 @@ from gpuprobe.collectors.gpu_procs import GpuProcessCollector
 from gpuprobe.collectors.host import HostCollector
 from gpuprobe.collectors.loop import every
 
-from gpuprobe.errors import StoreError
+from gpuprobe.errors import StoreError, UserError
 from gpuprobe.store import Store
 
 
@@ -148,8 +148,13 @@ class Agent:
                 pass  # not the main thread (tests): stop() still works
         server = None
         if self.cfg.metrics_port is not None:
-            server, self.metrics_port = serve(self.latest, self.counters, self.cfg.metrics_port,
-                                              self.cfg.metrics_addr)
+            try:
+                server, self.metrics_port = serve(self.latest, self.counters, self.cfg.metrics_port,
+                                                  self.cfg.metrics_addr)
+            except OSError as exc:  # the port is taken, or the address is not this host's
+                where = f"{self.cfg.metrics_addr}:{self.cfg.metrics_port}"
+                raise UserError(f"/metrics: cannot listen on {where} ({exc.strerror or exc}; "
+                                f"see --metrics-port, --metrics-addr, --no-metrics)") from None
             self.log(f"serving /metrics on http://{self.cfg.metrics_addr}:{self.metrics_port}/metrics")
         sources = self._sources()
         tasks = [asyncio.create_task(every(iv, self._tick(c), on_error=self._on_error(n)))

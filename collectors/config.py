@@ -9,7 +9,7 @@
     scrape = ["http://127.0.0.1:8000/metrics"]
     process_pattern = "vllm|sglang|text-generation|gpuprobe serve"
     pids = []
-    duration = 0                   # seconds; 0 runs until SIGTERM
+    duration = 0                   # seconds; 0 runs until SIGTERM (the --duration flag wants > 0)
 
     [intervals]                    # seconds; 0 turns a source off
     nvml = 1
@@ -20,11 +20,13 @@
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuprobe.cli import argtypes
 from gpuprobe.errors import UserError
 
 
@@ -81,11 +83,25 @@ def load(path: str | Path | None, overrides: dict) -> AgentConfig:
         cfg = AgentConfig(**agent, intervals=iv)
     except (TypeError, ValueError) as exc:
         raise UserError(f"{path or 'flags'}: bad agent setting ({exc})") from None
-    if cfg.flush_interval <= 0:
-        raise UserError("flush_interval must be above 0 seconds")
-    if any(v < 0 for v in dataclasses.astuple(iv)):
-        raise UserError("intervals must not be negative (0 turns a source off)")
+    _validate(path or "flags", cfg)
     return cfg
+
+
+def _validate(where, cfg: AgentConfig) -> None:
+    """The file's values get the checks the flags get from argparse."""
+    checks = [("flush_interval", argtypes.positive_float, [cfg.flush_interval]),
+              ("max_buffer_samples", argtypes.positive_int, [cfg.max_buffer_samples]),
+              ("duration", argtypes.nonneg_float, [cfg.duration]),
+              ("metrics_port", argtypes.port, [] if cfg.metrics_port is None else [cfg.metrics_port]),
+              ("process_pattern", argtypes.regex, [cfg.process_pattern] if cfg.process_pattern else []),
+              ("scrape", argtypes.http_url, cfg.scrape), ("pids", argtypes.positive_int, cfg.pids)]
+    checks += [(f"intervals.{k}", argtypes.nonneg_float, [v]) for k, v in dataclasses.asdict(cfg.intervals).items()]
+    for key, check, values in checks:
+        for value in values:
+            try:
+                check(str(value))
+            except argparse.ArgumentTypeError as exc:
+                raise UserError(f"{where}: {key}: {exc}") from None
 
 
 def _check(path, section: str, table: dict, known: set[str]) -> None:

@@ -4,9 +4,11 @@ each request's timing (arrival, TTFT, per-token times, tokens, status) as source
     tap = Tap("http://127.0.0.1:8000", store)
     web.run_app(tap.app(), host="127.0.0.1", port=9000)
 
-Streams pass through chunk by chunk. If the client did not ask for usage, the tap asks upstream
-for it and strips it again (see tap_sse.py). If upstream cuts a stream, the tap cuts the
-client's connection the same way (no closing chunk) and records status "upstream_disconnect".
+Every POST to a .../completions path is recorded with its outcome: a body upstream refuses
+(status "http_400", no token counts) and an unreachable upstream ("upstream_unreachable", 502)
+too. Streams pass through chunk by chunk. If the client did not ask for usage, the tap asks
+upstream for it and strips it again (see tap_sse.py). If upstream cuts a stream, the tap cuts
+the client's connection the same way (no closing chunk) and records "upstream_disconnect".
 """
 from __future__ import annotations
 
@@ -91,15 +93,15 @@ class Tap:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         arrival_s = time.time()
         body = await request.read()
-        payload = _json(body) if request.method == "POST" else None
-        recorded = payload is not None and request.path.rstrip("/").endswith("completions")
-        inject = bool(recorded and payload.get("stream") is True
+        recorded = request.method == "POST" and request.path.rstrip("/").endswith("completions")
+        # Not JSON (or not an object): forwarded as is, and recorded with upstream's answer (a 400).
+        payload = (_json(body) if recorded else None) or {}
+        inject = bool(payload.get("stream") is True
                       and not (payload.get("stream_options") or {}).get("include_usage"))
         if inject:
             options = dict(payload.get("stream_options") or {}, include_usage=True)
             body = json.dumps({**payload, "stream_options": options}).encode()
-        meta = {"run_id": self.run_id, "host": self.host,
-                "model": payload.get("model") if recorded else None}
+        meta = {"run_id": self.run_id, "host": self.host, "model": payload.get("model")}
         try:
             upstream = await self._session.request(
                 request.method, self.upstream + request.rel_url.raw_path_qs, data=body or None,

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 TRACES = ("azure-code", "azure-conv")  # bundled trace aliases (gpuprobe.workloads.loading)
+DEFAULT_STORE = ".demo/gpuprobe.db"  # not $GPUPROBE_STORE: the demo replaces its workloads, so never in yours
 
 
 def _say(text: str = "") -> None:
@@ -41,8 +42,14 @@ def stage_analyze(store) -> None:
         b = mix.buckets
         _say(f"  {name}: prefill share of tokens p10-p90 {b.prefill_token_share.quantile(0.1):.3f}-"
              f"{b.prefill_token_share.quantile(0.9):.3f}, prefill {b.prefill_tokens_per_s.mean():,.0f} tok/s, "
-             f"decode {b.decode_tokens_per_s.mean():,.0f} tok/s, "
-             f"change points at {[round(x) for x in mix.change_points_s][:6]} s")
+             f"decode {b.decode_tokens_per_s.mean():,.0f} tok/s, {change_points(mix.change_points_s)}")
+
+
+def change_points(seconds) -> str:
+    """'change points at 120, 480 s' (the first six), or 'no change points'."""
+    if not seconds:
+        return "no change points"
+    return f"change points at {', '.join(str(round(x)) for x in seconds[:6])} s"
 
 
 SLO = (2.0, 0.1)  # TTFT s, per-request mean TBT s
@@ -122,7 +129,7 @@ STAGES = [stage_import, stage_analyze, stage_predict, stage_measure]
 
 def run_demo(store_path: str | None) -> int:
     from gpuprobe.store import Store
-    path = Path(store_path or ".demo/gpuprobe.db")
+    path = Path(store_path or DEFAULT_STORE)
     path.parent.mkdir(parents=True, exist_ok=True)
     _say(f"gpuprobe demo: store {path}")
     with Store.open(path) as store:

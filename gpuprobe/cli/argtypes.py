@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import re
+from urllib.parse import urlsplit
 
 
 def _number(text: str, kind, what: str):
@@ -77,4 +78,12 @@ def out_file(text: str) -> str:
     folder = os.path.dirname(os.path.abspath(text))
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"folder {folder!r} does not exist")
+    return text
+
+
+def http_url(text: str) -> str:
+    """An http(s) URL with a host (a server, an upstream, a scrape target)."""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL")
     return text

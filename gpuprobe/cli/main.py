@@ -42,7 +42,8 @@ def _command_modules() -> list:
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS,
-                        help="SQLite store file (default: $GPUPROBE_STORE, else ./gpuprobe.db)")
+                        help="SQLite store file (default: $GPUPROBE_STORE, else ./gpuprobe.db; "
+                        "demo: .demo/gpuprobe.db)")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks")
     parser = OneLineParser(prog=PROG, description="Measure, model and decide how to lay out LLM "

@@ -1,11 +1,10 @@
 """`gpuprobe profile`: a cost-model profile from a live server, stored step records, or a spec sheet."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from gpuprobe.cli.argtypes import positive_int
+from gpuprobe.cli.argtypes import http_url, positive_int
 
 NAME = "profile"
 HELP = "measure or derive the cost model (prefill/decode step curves, overheads) into a JSON profile"
@@ -13,15 +12,6 @@ MAX_PROMPT = 1024
 # The flags that apply to one source only; given with another, they are refused.
 MODE_FLAGS = {"target": ("layout", "max_prompt", "vocab"), "from_store": ("run",),
               "spec": ("model_shape", "prefill_gpu", "decode_gpu")}
-
-
-def http_url(text: str) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL")
-    return text
 
 
 def add_arguments(p) -> None:

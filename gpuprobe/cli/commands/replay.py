@@ -4,21 +4,25 @@ from __future__ import annotations
 import json
 import sys
 
+from gpuprobe.cli.argtypes import http_url, nonneg_int, positive_float, positive_int
+
 NAME = "replay"
 HELP = "replay a workload against an OpenAI-compatible server (open loop) and record TTFT and token times"
 
 
 def add_arguments(p) -> None:
     p.add_argument("--workload", required=True, help="workload name in the store, or a trace file")
-    p.add_argument("--target", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--speed", type=float, default=1.0, help="time compression: 2 sends twice as fast")
-    p.add_argument("--token-scale", type=float, default=1.0, help="scale prompt and output lengths (min 1 token)")
-    p.add_argument("--limit", type=int, help="replay only the first N requests")
-    p.add_argument("--max-concurrency", type=int, help="cap on requests in flight (default: none, pure open loop)")
+    p.add_argument("--target", required=True, type=http_url, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--speed", type=positive_float, default=1.0, help="time compression: 2 sends twice as fast")
+    p.add_argument("--token-scale", type=positive_float, default=1.0,
+                   help="scale prompt and output lengths (min 1 token)")
+    p.add_argument("--limit", type=positive_int, help="replay only the first N requests")
+    p.add_argument("--max-concurrency", type=positive_int,
+                   help="cap on requests in flight (default: none, pure open loop)")
     p.add_argument("--model", help="model name sent in requests (default: the first of /v1/models)")
-    p.add_argument("--vocab", type=int, help="vocabulary size for token-id prompts (default: from /v1/models, "
-                                             "else ids 100..511)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the prompt token ids")
+    p.add_argument("--vocab", type=positive_int, help="vocabulary size for token-id prompts (default: from "
+                                                      "/v1/models, else ids 100..511)")
+    p.add_argument("--seed", type=nonneg_int, default=0, help="seed for the prompt token ids")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -38,8 +42,18 @@ def summary(result) -> dict:
             "send_lag_p99_s": pct(df["send_lag_s"], 99) if len(df) else None}
 
 
-def _fmt(v) -> str:
-    return f"{v * 1000:.1f} ms" if isinstance(v, float) else str(v)
+def text_lines(out: dict) -> list[str]:
+    """The summary for people: times as `ttft_p50  9.4 ms`, the status as `ok 298, http_429 2`."""
+    lines = []
+    for key, val in out.items():
+        if key == "status":
+            val = ", ".join(f"{k} {n}" for k, n in val.items()) or "none"
+        elif key == "wall_s":
+            key, val = "wall", f"{val:.2f} s"
+        elif key.endswith("_s"):
+            key, val = key[:-2], "n/a" if val is None else f"{val * 1000:.1f} ms"
+        lines.append(f"{key:<16} {val}")
+    return lines
 
 
 def run(args) -> int:
@@ -48,14 +62,10 @@ def run(args) -> int:
     from gpuprobe.workloads.loading import load_workload
     from gpuprobe.workloads.replay import replay
 
-    if args.speed <= 0 or args.token_scale <= 0:
-        raise UserError("--speed and --token-scale must be more than 0")
-    if args.limit is not None and args.limit < 1 or args.max_concurrency is not None and args.max_concurrency < 1:
-        raise UserError("--limit and --max-concurrency must be at least 1")
-    if not args.target.startswith(("http://", "https://")):
-        raise UserError(f"--target: {args.target!r} is not an http:// or https:// URL")
     with Store.open(args.store) as store:
         df = load_workload(store, args.workload)
+        if not len(df):
+            raise UserError(f"--workload: workload {args.workload!r} has no requests")
         result = replay(df, args.target, speed=args.speed, token_scale=args.token_scale, limit=args.limit,
                         max_concurrency=args.max_concurrency, model=args.model, vocab=args.vocab, store=store,
                         workload=args.workload, progress=not args.no_progress, seed=args.seed)
@@ -63,8 +73,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(out))
     else:
-        for key, val in out.items():
-            print(f"{key:<16} {_fmt(val) if key.endswith('_s') and key != 'wall_s' else val}")
+        print("\n".join(text_lines(out)))
     if result.interrupted:
         return 130
     if len(result.records) and not (result.records["status"] == "ok").any():
