@@ -75,9 +75,24 @@ def test_a_plot_that_cannot_be_written_keeps_the_printed_results(tmp_path, monke
     monkeypatch.setattr(cmd, "load_named_workload", lambda store, name: None)
     p = argparse.ArgumentParser()
     cmd.add_arguments(p)
-    args = p.parse_args(["--workload", "x", "--json", "--plot", str(tmp_path / "taken")])
-    (tmp_path / "taken").mkdir()  # a directory where the file should go, made after the check
+    args = p.parse_args(["--workload", "x", "--json", "--plot", str(tmp_path / "taken.html")])
+    (tmp_path / "taken.html").mkdir()  # a directory where the file should go, made after the check
     args.store = None
     with pytest.raises(UserError, match="--plot: cannot write"):
         cmd.run(args)
     assert '"best_measured": "intra"' in capsys.readouterr().out  # the JSON went out first
+
+
+def test_plot_path_must_name_an_html_file(tmp_path, capsys):
+    import argparse
+
+    import pytest
+
+    from gpuprobe.cli.commands import validate as cmd
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    with pytest.raises(SystemExit) as exc:
+        p.parse_args(["--workload", "x", "--plot", str(tmp_path / "v.png")])
+    assert exc.value.code == 2
+    assert "ending in .html" in capsys.readouterr().err

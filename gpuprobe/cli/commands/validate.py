@@ -29,6 +29,15 @@ def load_fraction(text: str) -> float:
     return value
 
 
+def html_file(text: str) -> str:
+    """--plot: an HTML file to write (an image name would get HTML under a false suffix)."""
+    path = out_file(text)
+    if not path.lower().endswith((".html", ".htm")):
+        raise argparse.ArgumentTypeError(f"{text!r}: the plot is interactive HTML; give a path "
+                                         f"ending in .html")
+    return path
+
+
 def request_count(text: str) -> int:
     """--limit: at least 2, as the replay rate is set from the gaps between requests."""
     value = positive_int(text)
@@ -71,7 +80,7 @@ def add_arguments(p) -> None:
                    help="do not correct for the CPU cores' own speed drift between calibration "
                         "and replay (a probe process times a tiny engine run on each core)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--plot", type=out_file, metavar="PATH", default=None,
+    p.add_argument("--plot", type=html_file, metavar="FILE.html", default=None,
                    help="also write predicted against measured, per layout and metric, as an "
                         "HTML plot (measured with its range over the replays)")
 
