@@ -19,47 +19,24 @@ def _number(text: str, kind, what: str):
     return value
 
 
-def positive_int(text: str) -> int:
-    value = _number(text, int, "an integer")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _checked(kind, what: str, ok, rule: str):
+    """A checker: `text` read as `kind`, and refused with `rule` unless ok(value)."""
+    def check(text: str):
+        value = _number(text, kind, what)
+        if not ok(value):
+            shown = f"{value:g}" if kind is float else str(value)
+            raise argparse.ArgumentTypeError(f"{rule}, got {shown}")
+        return value
+    return check
 
 
-def nonneg_int(text: str) -> int:
-    value = _number(text, int, "an integer")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = _number(text, float, "a number")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {value:g}")
-    return value
-
-
-def nonneg_float(text: str) -> float:
-    value = _number(text, float, "a number")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value:g}")
-    return value
-
-
-def fraction(text: str) -> float:
-    """A share strictly between 0 and 1."""
-    value = _number(text, float, "a number")
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {value:g}")
-    return value
-
-
-def port(text: str) -> int:
-    value = _number(text, int, "a port number")
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0-65535, got {value}")
-    return value
+positive_int = _checked(int, "an integer", lambda v: v >= 1, "must be at least 1")
+nonneg_int = _checked(int, "an integer", lambda v: v >= 0, "must not be negative")
+positive_float = _checked(float, "a number", lambda v: v > 0, "must be above 0")
+nonneg_float = _checked(float, "a number", lambda v: v >= 0, "must not be negative")
+fraction = _checked(float, "a number", lambda v: 0 < v < 1,  # a share of a device
+                    "must be between 0 and 1 (exclusive)")
+port = _checked(int, "a port number", lambda v: 0 <= v <= 65535, "must be 0-65535")
 
 
 def regex(text: str) -> str:
