@@ -38,12 +38,13 @@ def server_model(base_url: str, timeout_s: float = 10.0) -> dict:
     import json
     import urllib.request
 
+    from gpuprobe.workloads.replay import first_model
+
     try:
         with urllib.request.urlopen(base_url.rstrip("/") + "/v1/models", timeout=timeout_s) as r:
-            data = json.load(r).get("data") or [{}]
-    except (OSError, ValueError, AttributeError):
+            return first_model(json.load(r))
+    except (OSError, ValueError):
         return {}
-    return data[0] if isinstance(data[0], dict) else {}
 
 
 async def _session_run(base: str, fn, timeout_s: float):

@@ -48,16 +48,21 @@ def scaled_lengths(df: pd.DataFrame, token_scale: float) -> tuple[np.ndarray, np
     return p, o
 
 
+def first_model(payload) -> dict:
+    """The first entry of a GET /v1/models answer; {} when it lists none."""
+    data = (payload.get("data") if isinstance(payload, dict) else None) or [{}]
+    return data[0] if isinstance(data[0], dict) else {}
+
+
 async def discover(session, base: str) -> tuple[str | None, int | None]:
     """(first model id, vocab size if the server lists one) from GET /v1/models; (None, None) if absent."""
     try:
         async with session.get(base + "/v1/models") as resp:
             if resp.status != 200:
                 return None, None
-            data = (await resp.json()).get("data") or [{}]
+            first = first_model(await resp.json())
     except Exception:  # any server: /v1/models is optional, so no answer just means "unknown"
         return None, None
-    first = data[0] if isinstance(data[0], dict) else {}
     vocab = first.get("vocab_size") or (first.get("meta") or {}).get("vocab_size")
     return first.get("id"), int(vocab) if isinstance(vocab, int) else None
 
