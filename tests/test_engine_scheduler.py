@@ -236,6 +236,18 @@ def test_step_record_with_a_virtual_clock():
     assert rec.kv_blocks_used == 3 and rec.kv_blocks_total == 64
     _, rec = engine.step()
     assert rec.num_decode_seqs == 1 and rec.num_decode_ctx_tokens == 11
+    assert rec.num_decode_padded_tokens == 11 and rec.prefill_q_tokens2 == 0
+
+
+def test_step_records_carry_padded_positions_and_prefill_q():
+    sched = Scheduler(SchedulerConfig(num_blocks=64, block_size=4))
+    engine = LLMEngine(sched, FakeRunner())
+    engine.add_request(make_seq(0, prompt_len=10, max_tokens=3))
+    engine.add_request(make_seq(1, prompt_len=3, max_tokens=3))
+    _, rec = engine.step()  # both prompts in one prefill step
+    assert rec.num_prefill_seqs == 2 and rec.prefill_q_tokens2 == 10 ** 2 + 3 ** 2
+    _, rec = engine.step()  # contexts 11 and 4: one padded call reads 2 * 11
+    assert rec.num_decode_ctx_tokens == 15 and rec.num_decode_padded_tokens == 22
 
 
 def _decoding(num_blocks=64, lengths=((5, 9), (7, 6), (3, 12)), **kw) -> Scheduler:

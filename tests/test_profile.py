@@ -147,3 +147,39 @@ def test_waiting_for_the_next_prompt_is_not_loop_overhead():
     assert gap0 == pytest.approx(g0, rel=1e-6) and per == pytest.approx(g, rel=1e-6)
     blind = step_gap_fit(s)  # without the rows the round trips count as loop gaps
     assert blind[0] != pytest.approx(g0, rel=0.5) or blind[1] != pytest.approx(g, rel=0.5)
+
+
+def test_padded_decode_attention_and_recorded_q_are_fitted():
+    """A worker whose decode attention reads B * the longest context (one padded call) is
+    fitted on those positions and marked 'padded', so the simulator charges them; unequal
+    prompts in one prefill step are fitted on the recorded Q and the exact prompt count."""
+    import pandas as pd
+    from gpuprobe.perf.profile_fit import decode_attention_of
+    a, b, c, e, d0, d1, d2 = 0.002, 1e-5, 2e-9, 4e-4, 0.001, 2e-4, 1e-6
+    rng = np.random.default_rng(3)
+    rows, t = [], 0.0
+    for _ in range(60):  # prefill steps of 1-4 prompts of unequal lengths
+        lens = rng.integers(8, 600, rng.integers(1, 5))
+        T, Q, k = int(lens.sum()), int((lens ** 2).sum()), len(lens)
+        d = a + b * T + c * Q + e * k
+        rows.append(dict(layout="monolithic", role="mixed", start_s=t, duration_s=d,
+                         num_prefill_tokens=T, num_prefill_seqs=k, prefill_q_tokens2=Q,
+                         num_decode_seqs=0, num_decode_ctx_tokens=0, num_decode_padded_tokens=0))
+        t += d + 1.0  # idle between steps: no loop overhead to fit
+    for _ in range(80):  # decode steps over unequal contexts
+        ctx = rng.integers(10, 700, rng.integers(1, 33))
+        B, C, P = len(ctx), int(ctx.sum()), int(ctx.max()) * len(ctx)
+        d = d0 + d1 * B + d2 * P
+        rows.append(dict(layout="monolithic", role="mixed", start_s=t, duration_s=d,
+                         num_prefill_tokens=0, num_prefill_seqs=0, num_decode_seqs=B,
+                         num_decode_ctx_tokens=C, num_decode_padded_tokens=P))
+        t += d + 1.0
+    steps = pd.DataFrame(rows)
+    assert decode_attention_of(steps) == "padded"
+    w = fit_worker(steps, "m")
+    assert w.decode_attention == "padded"
+    assert w.decode.coef == pytest.approx((d0, d1, d2), rel=1e-3)
+    assert w.prefill.coef == pytest.approx((a, b, c, e), rel=1e-3)
+    # records from before the columns: paged, C the sum of the contexts
+    old = steps.drop(columns=["num_decode_padded_tokens", "prefill_q_tokens2"])
+    assert decode_attention_of(old) == "paged" and fit_worker(old, "m").decode_attention == "paged"

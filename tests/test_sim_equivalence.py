@@ -42,8 +42,8 @@ CASES = {
 LAYOUTS = ("monolithic", "intra", "cross")
 
 
-def _profile() -> Profile:
-    w = simple_worker(0.01, 1e-4, 1e-8, 0.005, 1e-3, 1e-6)
+def _profile(attention: str = "paged") -> Profile:
+    w = simple_worker(0.01, 1e-4, 1e-8, 0.005, 1e-3, 1e-6, decode_attention=attention)
     return Profile(workers={"monolithic": w, "intra.prefill": w, "intra.decode": w,
                             "cross.prefill": w, "cross.decode": w},
                    links={"intra": Link(0.0, 1e12), "cross": Link(0.002, 1e9)},
@@ -58,8 +58,8 @@ def _trace(n: int = 300, seed: int = 11) -> pd.DataFrame:
                          "output_tokens": rng.integers(1, 160, n)})
 
 
-def _run(case: str, layout: str):
-    return simulate(_trace(), _profile(), layout, config=CASES[case])
+def _run(case: str, layout: str, attention: str = "paged"):
+    return simulate(_trace(), _profile(attention), layout, config=CASES[case])
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +67,16 @@ def golden() -> dict:
     return json.loads(GOLDEN.read_text())
 
 
+@pytest.mark.parametrize("attention", ["paged", "padded"])
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_fast_path_equals_single_steps_exactly(case, layout, monkeypatch):
-    fast = _run(case, layout)
+def test_fast_path_equals_single_steps_exactly(case, layout, attention, monkeypatch):
+    # padded: the macro-step's C is B * the longest context, kept by the lazy run's key heap
+    fast = _run(case, layout, attention)
     key = "monolithic" if layout == "monolithic" else "decode"
     assert fast.summary[f"{key}_macro_steps"] > 0
     monkeypatch.setattr(sim_engine, "MIN_MACRO_STEPS", 10 ** 9)
-    slow = _run(case, layout)
+    slow = _run(case, layout, attention)
     assert slow.summary[f"{key}_macro_steps"] == 0
     pd.testing.assert_frame_equal(fast.requests, slow.requests, check_exact=True)
     for k in SUMMARY:
@@ -92,6 +94,14 @@ def test_results_equal_the_recorded_baseline(case, layout, golden):
                                    np.array(want[col], dtype=float), rtol=1e-9, err_msg=col)
     for k in SUMMARY:
         assert got.summary[k] == pytest.approx(want["summary"][k], rel=1e-9, nan_ok=True), k
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_padded_decode_attention_costs_more_on_unequal_contexts(layout):
+    # The trace's prompts are 1-700 tokens: B * the longest context is well above their sum,
+    # so every decode step is longer and so is the mean gap between tokens.
+    paged, padded = (_run("prefill_first", layout, a).summary for a in ("paged", "padded"))
+    assert padded["tbt_mean_s"] > 1.05 * paged["tbt_mean_s"]
 
 
 def test_the_cases_exercise_preemption_and_partial_decode_steps(monkeypatch):

@@ -193,15 +193,21 @@ def test_locked_store_gives_clear_error(tmp_path):
         assert len(store.samples("power_w")) == 0
 
 
-def test_migration_from_version_2_adds_kv_recv_cpu_and_keeps_requests(tmp_path):
+def _store_at_version(path, version: int) -> sqlite3.Connection:
+    """A raw connection to a new store file at an older schema version."""
     from gpuprobe.store.schema import MIGRATIONS
     from gpuprobe.store.connection import _statements
-    path = tmp_path / "v2.db"
     conn = sqlite3.connect(path)
-    for script in MIGRATIONS[:2]:
+    for script in MIGRATIONS[:version]:
         for stmt in _statements(script):
             conn.execute(stmt)
-    conn.execute("INSERT INTO meta VALUES ('app', 'gpuprobe'), ('schema_version', '2')")
+    conn.execute("INSERT INTO meta VALUES ('app', 'gpuprobe'), ('schema_version', ?)", (str(version),))
+    return conn
+
+
+def test_migration_from_version_2_adds_kv_recv_cpu_and_keeps_requests(tmp_path):
+    path = tmp_path / "v2.db"
+    conn = _store_at_version(path, 2)
     conn.execute("INSERT INTO requests (source, request_id, arrival_s, prompt_tokens, kv_handoff_bytes)"
                  " VALUES ('server', 'old', 1.0, 12, 24576)")
     conn.commit()
@@ -213,3 +219,21 @@ def test_migration_from_version_2_adds_kv_recv_cpu_and_keeps_requests(tmp_path):
         reqs = store.requests().set_index("request_id")
         assert reqs.loc["old", "kv_handoff_bytes"] == 24576 and pd.isna(reqs.loc["old", "kv_recv_cpu_s"])
         assert reqs.loc["new", "kv_recv_cpu_s"] == pytest.approx(0.0007)
+
+
+def test_migration_from_version_3_adds_step_attention_columns_and_keeps_steps(tmp_path):
+    path = tmp_path / "v3.db"
+    conn = _store_at_version(path, 3)
+    conn.execute("INSERT INTO steps (run_id, role, start_s, duration_s, num_decode_seqs, "
+                 "num_decode_ctx_tokens) VALUES ('old', 'mixed', 1.0, 0.002, 2, 30)")
+    conn.commit()
+    conn.close()
+    with Store.open(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION
+        store.insert_steps([{"run_id": "new", "role": "mixed", "start_s": 2.0, "duration_s": 0.003,
+                             "num_decode_seqs": 2, "num_decode_ctx_tokens": 30,
+                             "num_decode_padded_tokens": 40, "prefill_q_tokens2": 0}])
+        steps = store.steps().set_index("run_id")
+        assert steps.loc["old", "num_decode_ctx_tokens"] == 30
+        assert pd.isna(steps.loc["old", "num_decode_padded_tokens"])
+        assert steps.loc["new", "num_decode_padded_tokens"] == 40

@@ -43,13 +43,26 @@ class Batch:
     preempted: list[Sequence] = field(default_factory=list)
     num_prefill_tokens: int = field(init=False)
     num_decode_ctx_tokens: int = field(init=False)  # KV positions the decodes attend over
+    # What one padded attention call over the decodes reads: each row padded to the longest
+    # context (the reference runner's decode attention; a paged kernel reads ctx tokens only).
+    num_decode_padded_tokens: int = field(init=False)
 
     def __post_init__(self) -> None:
         # Most steps are prefill-only or decode-only: skip the empty side's list.
         prefill, decode = self.prefill, self.decode
         self.num_prefill_tokens = sum([c.num_tokens for c in prefill]) if prefill else 0
-        self.num_decode_ctx_tokens = (sum([s.num_computed_tokens for s in decode]) + len(decode)
-                                      if decode else 0)
+        if decode:
+            done = [s.num_computed_tokens for s in decode]
+            self.num_decode_ctx_tokens = sum(done) + len(done)
+            self.num_decode_padded_tokens = (max(done) + 1) * len(done)
+        else:
+            self.num_decode_ctx_tokens = self.num_decode_padded_tokens = 0
+
+    @property
+    def prefill_attn_work(self) -> int:
+        """Q: the sum over chunks of (start + n)^2 - start^2, the attention work of the step's
+        prefills (T^2 for one whole prompt of T tokens)."""
+        return sum([(c.start + c.num_tokens) ** 2 - c.start ** 2 for c in self.prefill])
 
     @property
     def num_tokens(self) -> int:

@@ -95,6 +95,14 @@ class LazyRun:
         self.sum_done = 0    # of the members' num_computed_tokens as last settled
         self.finishes: list[tuple[int, int, Sequence]] = []  # (finish step, order, seq)
         self.order = 0
+        # track_max (set by a simulator whose cost model pads the decodes' attention to the
+        # longest context): the members' longest context, lazily. A member's KV progress less
+        # its base step is fixed while it is a member (settling adds the same to both), so the
+        # longest context is the largest such key plus the step count: a heap of keys, and
+        # how many members hold each (a key whose count fell to 0 is popped when read).
+        self.track_max = False
+        self._keys: list[int] = []          # -key, a heap
+        self._key_count: dict[int, int] = {}
 
     def drop(self) -> None:
         self.allowed = None
@@ -141,6 +149,14 @@ class LazyRun:
         self.allowed = (k, token_id)
         return k, B + self.sum_done + B * step - self.sum_base
 
+    def max_ctx(self) -> int:
+        """The longest context (KV progress + 1) of the running sequences, right after plan()
+        said k > 0 (every running sequence is then a member). Needs track_max."""
+        keys, count = self._keys, self._key_count
+        while not count.get(-keys[0]):
+            heapq.heappop(keys)
+        return self.step + 1 - keys[0]
+
     def advance(self, k: int, token_id: int) -> list[Sequence]:
         """Scheduler.advance_decodes(): take k planned steps; returns the members that finish
         on the k-th (join order, which is running order), settled, no longer members, and
@@ -185,6 +201,12 @@ class LazyRun:
                 _fill(s)  # its tokens from an earlier run
             heapq.heappush(self.finishes, (step + left, self.order, s))
             self.order += 1
+            if self.track_max:
+                key = done - step
+                count = self._key_count
+                if not count.get(key):
+                    heapq.heappush(self._keys, -key)
+                count[key] = count.get(key, 0) + 1
             s._lazy, s._lazy_base = self, step
             s.__class__ = Owing
             self.sum_done += done
@@ -229,6 +251,8 @@ class LazyRun:
         self.sum_base -= base
         self.sum_done -= seq.num_computed_tokens
         self.members -= 1
+        if self.track_max:
+            self._key_count[seq.num_computed_tokens - base] -= 1
         if owed:
             _apply(seq, owed, self.sched.block_manager)
             seq._lazy, seq._lazy_base = self.token_id, owed
@@ -243,6 +267,7 @@ class LazyRun:
         for s in self.sched.running[:self.members]:
             self._leave(s)
         self.finishes, self.sum_base, self.sum_done, self.allowed = [], 0, 0, None
+        self._keys, self._key_count = [], {}
         self.sched.block_manager.settle_hook = None
 
 

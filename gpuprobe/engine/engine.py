@@ -21,6 +21,8 @@ class StepRecord:
     num_prefill_tokens: int
     num_decode_seqs: int
     num_decode_ctx_tokens: int  # KV positions attended by the decodes, summed
+    num_decode_padded_tokens: int  # ... padded to the longest: what the runner's call reads
+    prefill_q_tokens2: int  # Q of the prefill chunks (Batch.prefill_attn_work)
     kv_blocks_used: int
     kv_blocks_total: int
     num_preempted: int
@@ -65,6 +67,8 @@ class LLMEngine:
             start_s=start_s, duration_s=duration_s, role=self.scheduler.config.role,
             num_prefill_seqs=len(batch.prefill), num_prefill_tokens=batch.num_prefill_tokens,
             num_decode_seqs=len(batch.decode), num_decode_ctx_tokens=batch.num_decode_ctx_tokens,
+            num_decode_padded_tokens=batch.num_decode_padded_tokens,
+            prefill_q_tokens2=batch.prefill_attn_work,
             kv_blocks_used=kv_blocks_used, kv_blocks_total=blocks.num_blocks,
             num_preempted=len(batch.preempted))
         return events, record

@@ -6,9 +6,12 @@ split layout), because a worker's speed depends on its share of the device:
     prefill step   t = a + b*T + c*Q + e*k    T: prefill tokens in the step,
                                               Q: attention work, sum over chunks of
                                                  (start + n)^2 - start^2  (= T^2 for one prompt)
-                                              k: prompts in the step, taken as T^2/Q (the
-                                                 runner handles each prompt apart; e optional)
-    decode step    t = d0 + d1*B + d2*C       B: decoding sequences, C: KV positions they attend
+                                              k: prompts in the step (the runner handles each
+                                                 prompt apart; e optional)
+    decode step    t = d0 + d1*B + d2*C       B: decoding sequences, C: KV positions their
+                                              attention reads: the sum of their contexts for
+                                              a paged kernel, B * the longest one where one
+                                              padded call serves them all (decode_attention)
     mixed step     t = mixed_factor * (prefill + decode - min(a, d0))   one fixed cost, not two
     every step     + step_overhead_s          scheduling and streaming between forward passes
 
@@ -27,6 +30,7 @@ from gpuprobe.perf.fit import Fit, fixed
 PREFILL_TERMS = ("1", "T", "Q")
 BATCHED_PREFILL_TERMS = ("1", "T", "Q", "k")  # + per prompt in the step (k = T^2 / Q)
 DECODE_TERMS = ("1", "B", "C")
+DECODE_ATTENTION = ("paged", "padded")  # what the decode term's C counts (StepCost)
 WORKERS = ("monolithic", "intra.prefill", "intra.decode", "cross.prefill", "cross.decode")
 
 
@@ -52,21 +56,26 @@ class StepCost:
     # and charged like the import.
     recv_s: float = 0.0
     recv_per_token_s: float = 0.0
+    # Which KV positions the decode term's C counts: 'paged' (each sequence's own context, as
+    # a paged-attention kernel reads) or 'padded' (every sequence padded to the batch's
+    # longest context, as the reference runner's one batched attention call reads them).
+    decode_attention: str = "paged"
 
     def step_fn(self):
-        """A fast scalar function (T, Q, B, C) -> seconds, for the simulator's hot loop."""
+        """A fast scalar function (T, Q, B, C, k) -> seconds, for the simulator's hot loop.
+        k: prompts in the step; when left out it is taken as T^2/Q (exact for k equal whole
+        prompts, and far too low for unequal ones: 700 + 10 x 30 tokens give 2.0, not 11)."""
         a, b, c, *rest = self.prefill.coef
-        e = rest[0] if rest else 0.0  # per prompt; k = T^2/Q is exact for equal whole prompts
+        e = rest[0] if rest else 0.0  # per prompt in the step
         d0, d1, d2 = self.decode.coef
         m, ovh, s = self.mixed_factor, self.step_overhead_s, self.scale
         shared = min(a, d0)
 
-        def step_s(T: int, Q: float, B: int, C: int) -> float:
-            if T and B:
-                t = m * (a + b * T + c * Q + (e * T * T / Q if Q else 0.0)
-                         + d0 + d1 * B + d2 * C - shared)
-            elif T:
-                t = a + b * T + c * Q + (e * T * T / Q if Q else 0.0)
+        def step_s(T: int, Q: float, B: int, C: int, k: int | None = None) -> float:
+            if T:
+                t = a + b * T + c * Q + (e * k if k is not None else e * T * T / Q if Q else 0.0)
+                if B:
+                    t = m * (t + d0 + d1 * B + d2 * C - shared)
             else:
                 t = d0 + d1 * B + d2 * C
             return (t + ovh) * s
@@ -99,10 +108,15 @@ class StepCost:
                 "step_overhead_s": self.step_overhead_s, "scale": self.scale,
                 "threads": self.threads, "reasons": list(self.reasons),
                 "import_s": self.import_s, "import_per_token_s": self.import_per_token_s,
-                "recv_s": self.recv_s, "recv_per_token_s": self.recv_per_token_s}
+                "recv_s": self.recv_s, "recv_per_token_s": self.recv_per_token_s,
+                "decode_attention": self.decode_attention}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepCost":
+        attention = d.get("decode_attention", "paged")
+        if attention not in DECODE_ATTENTION:
+            raise ValueError(f"decode_attention must be one of {', '.join(DECODE_ATTENTION)}, "
+                             f"got {attention!r}")
         return cls(prefill=Fit.from_dict(d["prefill"]), decode=Fit.from_dict(d["decode"]),
                    mixed_factor=float(d.get("mixed_factor", 1.0)),
                    mixed_source=d.get("mixed_source", "default"),
@@ -112,7 +126,8 @@ class StepCost:
                    import_s=float(d.get("import_s", 0.0)),
                    import_per_token_s=float(d.get("import_per_token_s", 0.0)),
                    recv_s=float(d.get("recv_s", 0.0)),
-                   recv_per_token_s=float(d.get("recv_per_token_s", 0.0)))
+                   recv_per_token_s=float(d.get("recv_per_token_s", 0.0)),
+                   decode_attention=attention)
 
 
 @dataclass(frozen=True)

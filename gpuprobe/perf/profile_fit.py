@@ -1,8 +1,10 @@
 """Fit a worker's StepCost from step records (the server's `steps` rows), and links from
 request records (kv_handoff_s vs kv_handoff_bytes).
 
-Step records carry only the step's token sum T and prompt count k, so the attention term Q is
-taken as T^2/k (exact for one prompt, or k prompts of equal length as in a calibration burst).
+Step records carry the step's token sum T, its prompt count k and (store schema 4 on) the
+prefill attention work Q and the decodes' padded KV positions. Older records lack the last
+two: Q is then taken as T^2/k (exact for one prompt, or k prompts of equal length as in a
+calibration burst) and the decode attention as paged.
 """
 from __future__ import annotations
 
@@ -34,24 +36,24 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
     s = steps.fillna({c: 0 for c in STEP_COLS[1:]})
     T = s["num_prefill_tokens"].to_numpy(float)
     B = s["num_decode_seqs"].to_numpy(float)
-    C = s["num_decode_ctx_tokens"].to_numpy(float)
+    attention = decode_attention_of(s)
+    C = _decode_positions(s, attention)
     y = s["duration_s"].to_numpy(float)
     pre, dec, mix = (T > 0) & (B == 0), (B > 0) & (T == 0), (T > 0) & (B > 0)
     # Medians per size, then least squares: a step stalled by another process on a shared
     # machine is an outlier of a size, and must not tilt the curve.
-    # Q (attention work) of a step with k prompts of about T/k tokens each is T^2/k: exact for
-    # the calibration's equal-length bursts, and what lets batched prefills inform the fit.
     k = s["num_prefill_seqs"].fillna(1).clip(lower=1).to_numpy(float) if "num_prefill_seqs" in s \
         else np.ones(len(s))
-    Tp, yp = _medians(np.c_[T[pre], k[pre]], y[pre])
-    Xp = np.c_[np.ones(len(Tp)), Tp[:, 0], Tp[:, 0] ** 2 / Tp[:, 1], Tp[:, 1]]
+    Q = _prefill_q(s, T, k)
+    Tp, yp = _medians(np.c_[T[pre], k[pre]], y[pre], np.c_[T[pre], k[pre], Q[pre]])
+    Xp = np.c_[np.ones(len(Tp)), Tp[:, 0], Tp[:, 2], Tp[:, 1]]
     if len(Tp) and np.ptp(Tp[:, 1]) == 0:  # one prompt per step only: no per-prompt term
         prefill = least_squares(Xp[:, :3], yp, PREFILL_TERMS, Tp[:, 0], f"{what} prefill",
                                 relative=True)
     else:
         prefill = least_squares(Xp, yp, BATCHED_PREFILL_TERMS, Tp[:, 0], f"{what} prefill",
                                 relative=True)
-    c_bin = np.round(C[dec] / np.maximum(B[dec], 1) / 32.0)  # context per sequence, 32-token bins
+    c_bin = np.round(C[dec] / np.maximum(B[dec], 1) / 32.0)  # positions per sequence, 32-token bins
     Xd, yd = _medians(np.c_[B[dec], c_bin], y[dec], np.c_[B[dec], C[dec]])
     decode = least_squares(np.c_[np.ones(len(yd)), Xd[:, 0], Xd[:, 1]], yd,
                            DECODE_TERMS, Xd[:, 0], f"{what} decode", relative=True)
@@ -64,14 +66,45 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
     decode = replace(decode, coef=(decode.coef[0], decode.coef[1] + per_token, decode.coef[2]))
     i0, i1 = import_fit(steps, gap0, per_token)
     cost = StepCost(prefill=prefill, decode=decode, threads=threads, step_overhead_s=gap0,
-                    import_s=i0, import_per_token_s=i1)
+                    import_s=i0, import_per_token_s=i1, decode_attention=attention)
     if mix.sum() >= 3:
         f = cost.step_fn()
-        base = np.array([f(t, t * t / n, b, c) - cost.step_overhead_s
-                         for t, n, b, c in zip(T[mix], k[mix], B[mix], C[mix])])
+        base = np.array([f(t, q, b, c, n) - cost.step_overhead_s
+                         for t, q, n, b, c in zip(T[mix], Q[mix], k[mix], B[mix], C[mix])])
         ratio = y[mix] / np.maximum(base, 1e-9)
         cost = replace(cost, mixed_factor=float(np.median(ratio)), mixed_source="measured")
     return cost
+
+
+def decode_attention_of(steps: pd.DataFrame) -> str:
+    """'padded' when the records show decode steps reading more KV positions than their
+    sequences hold (one attention call padded to the longest context, as the reference
+    runner does), else 'paged' (also for records from before the column)."""
+    if "num_decode_padded_tokens" not in steps.columns:
+        return "paged"
+    P = steps["num_decode_padded_tokens"].to_numpy(float)
+    C = steps["num_decode_ctx_tokens"].to_numpy(float)
+    seen = np.isfinite(P) & (steps["num_decode_seqs"].to_numpy(float) > 0)
+    return "padded" if (P[seen] > C[seen]).any() else "paged"
+
+
+def _decode_positions(s: pd.DataFrame, attention: str) -> np.ndarray:
+    """The decode term's C per step: padded positions where the worker pads (and the row has
+    them), the sum of the contexts otherwise."""
+    C = s["num_decode_ctx_tokens"].to_numpy(float)
+    if attention != "padded":
+        return C
+    P = s["num_decode_padded_tokens"].to_numpy(float)
+    return np.where(np.isfinite(P), P, C)
+
+
+def _prefill_q(s: pd.DataFrame, T: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Q per step: recorded, else T^2/k (exact for k equal whole prompts)."""
+    guess = T ** 2 / k
+    if "prefill_q_tokens2" not in s.columns:
+        return guess
+    Q = s["prefill_q_tokens2"].to_numpy(float)
+    return np.where(np.isfinite(Q) & (Q > 0), Q, guess)
 
 
 def _medians(keys: np.ndarray, y: np.ndarray, x: np.ndarray | None = None):

@@ -59,6 +59,9 @@ class SimEngine:
         # (y + 0.0) * 1.0 == y for every step time y: the loop may skip both operations.
         self._plain = cost.step_overhead_s == 0 and cost.scale == 1
         self._import = cost.import_fn() if config.role == "decode" else None
+        # The decode term's C: the sum of the contexts, or B * the longest (a padded call).
+        self._padded = cost.decode_attention == "padded"
+        self.sched._decode_run.track_max = self._padded
         self.first_s: dict[str, float] = {}
         # Doubles and int64s, not lists of Python numbers: no object kept per step.
         self.single_ends = array("d")  # ends of the steps taken one at a time, in step order
@@ -93,6 +96,7 @@ class SimEngine:
             sched._decode_run.plan)  # == uniform_decode_steps(), one call layer less
         d0, d1, d2, ovh, scale = self._dec
         plain, advance = self._plain, sched._decode_run.advance  # == advance_decodes()
+        max_ctx = sched._decode_run.max_ctx if self._padded else None
         m_first, m_len, m_t0 = self.macro_first.append, self.macro_len.append, self.macro_t0.append
         m_seqs, m_ctx = self.macro_seqs.append, self.macro_ctx.append
         m_chain, chain_end = self.chain_starts.append, NO_INPUT
@@ -128,8 +132,11 @@ class SimEngine:
                     # A macro-step (inlined: it runs at every batch change). Take up to k
                     # uniform decode steps, stopping after the first that ends at or after
                     # next_s (the next input joins before the step after it). c: the step's
-                    # KV positions; each sum == step_s(0, 0, B, c), bit for bit.
+                    # KV positions; each sum == step_s(0, 0, B, c), bit for bit. Padded or
+                    # not, every sequence moves one position a step: c grows by B a step.
                     B = len(running)
+                    if max_ctx is not None:
+                        C = B * max_ctx()
                     x = d0 + d1 * B
                     t0 = t
                     if plain:
@@ -218,7 +225,7 @@ class SimEngine:
         tokens = {}
         Q = _prefill_work(prefill, tokens)
         T = batch.num_prefill_tokens
-        dt = self.step_s(T, Q, 0, 0)
+        dt = self.step_s(T, Q, 0, 0, len(prefill))
         t += dt
         self.busy_s += dt
         self.num_steps += 1
@@ -244,7 +251,8 @@ class SimEngine:
         tokens = dict.fromkeys([s.seq_id for s in decode], TOKEN)
         Q = _prefill_work(prefill, tokens)
         B = len(decode)
-        dt = self.step_s(T, Q, B, batch.num_decode_ctx_tokens)
+        dt = self.step_s(T, Q, B, batch.num_decode_padded_tokens if self._padded
+                         else batch.num_decode_ctx_tokens, len(prefill))
         t += dt
         self.busy_s += dt
         idx = self.num_steps

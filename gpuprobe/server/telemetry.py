@@ -117,7 +117,7 @@ class TelemetryWriter:
 def step_record(run_id: str, host: str, layout: str, worker: str, rec: dict) -> dict:
     """A `steps` row from a worker's StepRecord dict (start_s already epoch seconds)."""
     keys = ("role", "start_s", "duration_s", "num_prefill_seqs", "num_prefill_tokens",
-            "num_decode_seqs", "num_decode_ctx_tokens", "kv_blocks_used", "kv_blocks_total",
-            "num_preempted")
+            "num_decode_seqs", "num_decode_ctx_tokens", "num_decode_padded_tokens",
+            "prefill_q_tokens2", "kv_blocks_used", "kv_blocks_total", "num_preempted")
     return {"run_id": run_id, "host": host, "layout": layout, "worker": worker,
             **{k: rec.get(k) for k in keys}}

@@ -20,7 +20,8 @@ REQUEST_COLUMNS = (
 STEP_COLUMNS = (
     "run_id", "host", "layout", "role", "worker", "start_s", "duration_s",
     "num_prefill_seqs", "num_prefill_tokens", "num_decode_seqs", "num_decode_ctx_tokens",
-    "kv_blocks_used", "kv_blocks_total", "num_preempted",
+    "kv_blocks_used", "kv_blocks_total", "num_preempted", "num_decode_padded_tokens",
+    "prefill_q_tokens2",
 )
 LAYOUT_EVENT_COLUMNS = ("ts_s", "host", "run_id", "from_layout", "to_layout", "prefill_share",
                         "actor", "reason", "status", "detail")

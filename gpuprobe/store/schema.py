@@ -111,6 +111,16 @@ _V3 = """
 ALTER TABLE requests ADD COLUMN kv_recv_cpu_s REAL;
 """
 
+# Version 4: what a step's attention read, for the cost model. num_decode_padded_tokens: the
+# KV positions of the decodes' attention when each row is padded to the longest context (the
+# reference runner's one batched call; equal to num_decode_ctx_tokens for a paged kernel);
+# prefill_q_tokens2: the prefill chunks' Q, sum of (start + n)^2 - start^2. Without it the
+# fit can only take Q as T^2/k, exact for k equal prompts. NULL in older rows.
+_V4 = """
+ALTER TABLE steps ADD COLUMN num_decode_padded_tokens INTEGER;
+ALTER TABLE steps ADD COLUMN prefill_q_tokens2 INTEGER;
+"""
+
 ROLLUP_S = 10.0
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
