@@ -61,7 +61,11 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch):
     # the dump holds what the predictions were made from, and every step the servers took
     with open(tmp_path / "dump.pkl", "rb") as fh:
         dump = pickle.load(fh)
-    assert len(dump["wl"]) == 16 and set(dump["probes"]) == {"monolithic", "intra"}
+    assert len(dump["schedule"]) == 16 and set(dump["probes"]) == {"monolithic", "intra"}
+    # the default load: the busiest stretch at half the capacity, unless raised to end in time
+    w = doc["workload"]
+    assert w["basis"] == "peak" and w["peak_load"] >= 0.5 - 1e-9 and w["span_s"] <= 30.0 + 1e-6
+    assert dump["schedule"]["arrival_s"].iloc[-1] == pytest.approx(w["span_s"])
     steps = dump["probes"]["intra"]["all_steps"]
     assert set(steps["role"]) == {"prefill", "decode"}
     r = dump["probes"]["intra"]["replays"][0]

@@ -29,6 +29,7 @@ import pandas as pd
 
 from gpuprobe.errors import GpuprobeError, UserError
 from gpuprobe.perf.calibrate import prefill_sizes_for
+from gpuprobe.perf.replay_rate import schedule_frame
 from gpuprobe.perf.metrics import (
     Slo,
     aggregate,
@@ -49,6 +50,8 @@ from gpuprobe.perf.validate_drift import (
     start_speed_probe,
 )
 
+DEFAULT_LOAD = 0.5    # the busiest stretch at half the monolithic capacity (replay_rate.py)
+MAX_REPLAY_S = 30.0   # at the default load, a replay is sped up to end within this
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "throughput_tok_s")
 P50_METRICS = ("ttft_p50_s", "tbt_p50_s", "throughput_tok_s")
 CONTENTION_PASSES = 3  # simulate, stretch by the busy fractions, again: a fixed point
@@ -58,7 +61,9 @@ CONTENTION_PASSES = 3  # simulate, stretch by the busy fractions, again: a fixed
 class ValidateOptions:
     model: str = "tiny"
     layouts: tuple[str, ...] = ("monolithic", "intra", "cross")
-    load: float | None = 0.35  # of the simulated capacity; see docs/model.md
+    load: float | None = None  # of the simulated capacity (None: DEFAULT_LOAD); replay_rate.py
+    load_basis: str = "peak"   # the busiest stretch's rate over capacity, or the mean's
+    max_idle_s: float | None = 1.0  # peak basis: idle gaps of the replay cut to this
     rate_rps: float | None = None
     limit: int = 300
     token_scale: float = 0.1
@@ -154,7 +159,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     opts = replace(opts, calibration=tuple(cal.items()))
     t_start = time.time()
     order = ["monolithic"] + [x for x in opts.layouts if x != "monolithic"]
-    probes, speed, capacity = {}, 1.0, None
+    probes, capacity, rate = {}, None, None
     say = lambda m: _say(m, progress)
     guard = PhaseGuard(time.monotonic() + opts.time_budget_s, (2 + opts.replays) * len(order),
                        max_wait_s=opts.quiet_wait_s, say=say)
@@ -166,27 +171,24 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                 probe.calibrate(guard)
                 if layout == "monolithic":
                     capacity = _capacity_rps(wl, probe, opts)
-                    target = opts.rate_rps or opts.load * capacity
-                    span = float(wl["arrival_s"].iloc[-1]) or 1.0
-                    speed = target / ((len(wl) - 1) / span)
-                    say(f"monolithic capacity {capacity:.1f} req/s (simulated from its profile); "
-                        f"replaying at {target:.1f} req/s (x{speed:.2f} the trace's rate)")
+                    rate = _replay_rate(wl, capacity, opts)
+                    sched = schedule_frame(wl, rate)
+                    say(_rate_line(capacity, rate))
                 if layout in opts.layouts:
-                    probe.replay(wl.assign(arrival_s=wl["arrival_s"] / speed), guard,
-                                 opts.replays)
+                    probe.replay(sched, guard, opts.replays)
                     probe.recheck(guard)
             probes[layout] = probe
         drift = drift_factors(speed_probe, probes, opts)
-        dump_state(wl, speed, probes, speed_probe)
+        dump_state(sched, probes, speed_probe)
         at_server = {k: median_summary(server_tbt(probes[k].db, probes[k].replays))
                      for k in opts.layouts}
-    profile, predicted, confidence, stretch = predict_layouts(wl, probes, speed, opts, drift)
-    unadjusted = predict_layouts(wl, probes, speed, opts)[1] if drift else predicted
+    profile, predicted, confidence, stretch = predict_layouts(sched, probes, opts, drift)
+    unadjusted = predict_layouts(sched, probes, opts)[1] if drift else predicted
     per_replay = {layout: [measured_summary(r, opts.slo, DEVICES[layout]) for r in probes[layout].replays]
                   for layout in opts.layouts}
     measured = {layout: median_summary(s) for layout, s in per_replay.items()}
     rows = compare(predicted, measured)
-    out = _result(rows, predicted, measured, confidence, opts, capacity, speed, profile,
+    out = _result(rows, predicted, measured, confidence, opts, capacity, rate, profile,
                   time.time() - t_start, len(wl), tbt_tolerance(per_replay))
     out["measured_range"] = replay_range(per_replay)
     out["server_tbt"] = at_server
@@ -222,10 +224,10 @@ def _log_dir(keep: str | None):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def predict_layouts(wl: pd.DataFrame, probes: dict, speed: float, opts: ValidateOptions,
+def predict_layouts(sim_wl: pd.DataFrame, probes: dict, opts: ValidateOptions,
                     drift: dict[str, list[dict[str, float]]] | None = None):
     """(profile, {layout: predicted summary}, {layout: confidence}, {layout: front stretch})
-    for the workload replayed at `speed` x its own rate, from the calibrated probes.
+    for the workload as replayed (sim_wl: its replay schedule), from the calibrated probes.
 
     drift: {layout: per replay {worker: core slowness vs calibration}}; each replay is then
     predicted with its workers' step times (and the front's CPU) scaled by it, and the
@@ -241,7 +243,6 @@ def predict_layouts(wl: pd.DataFrame, probes: dict, speed: float, opts: Validate
                        max(p.kv_bytes_per_token for p in probes.values()),
                        f"validate-{opts.model}", {"source": "validate", "model": opts.model},
                        opts.prefill_share)
-    sim_wl = wl.assign(arrival_s=wl["arrival_s"] / speed)
     configs = scheduler_configs(probes)
     predicted, confidence, stretch = {}, {}, {}
     for layout in opts.layouts:
@@ -305,6 +306,25 @@ def _with_split(profile, split_in_s: float):
     return replace(profile, overhead=replace(profile.overhead, split_in_s=split_in_s))
 
 
+def _replay_rate(wl: pd.DataFrame, capacity: float, opts: ValidateOptions):
+    """The replay schedule: --rate, else --load (DEFAULT_LOAD at the busiest stretch, sped up
+    to end within MAX_REPLAY_S, when no load was given)."""
+    from gpuprobe.perf.replay_rate import replay_rate
+
+    auto = opts.load is None and opts.rate_rps is None
+    return replay_rate(wl["arrival_s"].to_numpy(float), capacity,
+                       DEFAULT_LOAD if opts.load is None else opts.load, opts.load_basis,
+                       opts.rate_rps, opts.max_idle_s, MAX_REPLAY_S if auto else None)
+
+
+def _rate_line(capacity: float, rate) -> str:
+    cut = f", idle gaps cut by {rate.idle_cut_s:.0f} s" if rate.idle_cut_s > 0.05 else ""
+    return (f"monolithic capacity {capacity:.1f} req/s (simulated from its profile); replaying at "
+            f"{rate.mean_rps:.1f} req/s mean ({rate.mean_load:.2f} of capacity), its busiest "
+            f"{rate.peak_window} requests at {rate.peak_rps:.1f} req/s ({rate.peak_load:.2f}) "
+            f"over {rate.arrival_s[-1]:.1f} s{cut}")
+
+
 def _capacity_rps(wl: pd.DataFrame, probe, opts: ValidateOptions) -> float:
     """Requests per second the monolithic layout finishes with every request queued at t=0."""
     from gpuprobe.perf.costmodel import Overhead, Profile
@@ -342,7 +362,7 @@ def tbt_tolerance(per_replay: dict[str, list[dict]]) -> float:
     return float(min(1.0, max([TBT_TOLERANCE, *spread])))
 
 
-def _result(rows, predicted, measured, confidence, opts, capacity, speed, profile, wall_s, n,
+def _result(rows, predicted, measured, confidence, opts, capacity, rate, profile, wall_s, n,
             tolerance: float = TBT_TOLERANCE) -> dict:
     summary = {}
     for layout in predicted:
@@ -354,8 +374,9 @@ def _result(rows, predicted, measured, confidence, opts, capacity, speed, profil
            "tied_measured": tied_best(measured, tolerance),
            "tied_predicted": tied_best(predicted, tolerance), "tbt_tolerance": tolerance,
            "slo": opts.slo.to_dict(), "summary": summary, "confidence": confidence,
-           "workload": {"num_requests": n, "token_scale": opts.token_scale, "load": opts.load,
-                        "rate_rps": opts.rate_rps, "capacity_rps": capacity, "speed": speed},
+           "workload": {"num_requests": n, "token_scale": opts.token_scale,
+                        "load": DEFAULT_LOAD if opts.load is None else opts.load,
+                        "rate_rps": opts.rate_rps, "capacity_rps": capacity, **rate.info()},
            "wall_s": wall_s, "profile": profile.to_dict()}
     for name, summ in (("best_measured", measured), ("best_predicted", predicted)):
         if note := best_note(summ, out[name]):

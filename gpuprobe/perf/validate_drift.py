@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def dump_state(wl, speed, probes, speed_probe) -> None:
-    """GPUPROBE_VALIDATE_DUMP=path: pickle what the predictions are made from, so the model
+def dump_state(sched, probes, speed_probe) -> None:
+    """GPUPROBE_VALIDATE_DUMP=path: pickle what the predictions are made from (the replay
+    schedule, each layout's calibration and replays, the speed probe's readings), so the model
     can be re-run on a run's measurements offline (the comparisons in docs/model-log.md)."""
     import os
     import pickle
@@ -26,7 +27,7 @@ def dump_state(wl, speed, probes, speed_probe) -> None:
         with Store.open(p.db, read_only=True) as store:
             state[k]["all_steps"] = store.steps()
     with open(path, "wb") as fh:
-        pickle.dump({"wl": wl, "speed": speed, "probes": state,
+        pickle.dump({"schedule": sched, "probes": state,
                      "speed_rows": speed_probe.samples() if speed_probe else None,
                      "speed_cores": speed_probe.cores if speed_probe else None}, fh)
 

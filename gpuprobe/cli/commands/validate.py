@@ -5,7 +5,8 @@ import argparse
 import json
 import math
 
-from gpuprobe.cli.argtypes import fraction, out_file, positive_float, positive_int
+from gpuprobe.cli.argtypes import (fraction, nonneg_float, out_file, positive_float,
+                                   positive_int)
 
 NAME = "validate"
 # Defaults that depend on --device. On the CPU: the tiny model on 2 cores. On a GPU: an 8B
@@ -53,10 +54,18 @@ def add_arguments(p) -> None:
     p.add_argument("--model", default="tiny", help="reference server model (default tiny)")
     p.add_argument("--layouts", default="monolithic,intra,cross",
                    help="comma-separated layouts (default monolithic,intra,cross)")
-    p.add_argument("--load", type=load_fraction, default=0.35,
+    p.add_argument("--load", type=load_fraction, default=None,
                    help=f"offered load as a fraction of the simulated monolithic capacity, at "
-                        f"most {MAX_LOAD:g} (default 0.35: about 0.6 of what the server "
-                        f"sustains on 2 cores)")
+                        f"most {MAX_LOAD:g}, at the workload's busiest stretch (see "
+                        f"--load-basis; default 0.5, raised where needed for a replay to end "
+                        f"within 30 s)")
+    p.add_argument("--load-basis", choices=["peak", "mean"], default="peak",
+                   help="what --load measures: 'peak' (default) the rate of the busiest 20%% "
+                        "of the requests, idle gaps of the replay cut to --max-idle; 'mean' the "
+                        "mean rate, gaps kept")
+    p.add_argument("--max-idle", type=nonneg_float, default=1.0, metavar="S",
+                   help="peak basis: shorten gaps between replayed arrivals to at most S "
+                        "seconds (default 1; 0 keeps them)")
     p.add_argument("--rate", type=positive_float, default=None, metavar="R",
                    help="offered request rate, req/s (overrides --load)")
     p.add_argument("--limit", type=request_count, default=None,
@@ -100,7 +109,9 @@ def _options(args):
     token_scale = dflt["token_scale"] if args.token_scale is None else args.token_scale
     kv_mb = args.kv_cache_mb or dflt["kv_cache_mb"]
     _check_model(args.model)
-    return ValidateOptions(model=args.model, layouts=layouts, load=args.load, rate_rps=args.rate,
+    return ValidateOptions(model=args.model, layouts=layouts, load=args.load,
+                           load_basis=args.load_basis, max_idle_s=args.max_idle or None,
+                           rate_rps=args.rate,
                            limit=limit, token_scale=token_scale,
                            slo=Slo(args.slo_ttft, args.slo_tbt), prefill_share=args.prefill_share,
                            replays=args.replays, device=args.device,
