@@ -31,6 +31,7 @@ PREFILL_TERMS = ("1", "T", "Q")
 BATCHED_PREFILL_TERMS = ("1", "T", "Q", "k")  # + per prompt in the step (k = T^2 / Q)
 DECODE_TERMS = ("1", "B", "C")
 DECODE_ATTENTION = ("paged", "padded")  # what the decode term's C counts (StepCost)
+NOISE_QUANTILES = 100  # step-time noise is kept as this many quantiles, (i + 0.5) / 100
 WORKERS = ("monolithic", "intra.prefill", "intra.decode", "cross.prefill", "cross.decode")
 
 
@@ -60,6 +61,16 @@ class StepCost:
     # a paged-attention kernel reads) or 'padded' (every sequence padded to the batch's
     # longest context, as the reference runner's one batched attention call reads them).
     decode_attention: str = "paged"
+    # Step-time noise: quantiles of how far repeated steps of one shape fell from their own
+    # median in calibration (NOISE_QUANTILES of duration / median, prefill-only and
+    # decode-only steps apart). The simulator multiplies each step's time (overhead aside) by
+    # a seeded draw from them; empty: every step exactly on the curve.
+    prefill_noise: tuple[float, ...] = ()
+    decode_noise: tuple[float, ...] = ()
+
+    @property
+    def noisy(self) -> bool:
+        return bool(self.prefill_noise or self.decode_noise)
 
     def step_fn(self):
         """A fast scalar function (T, Q, B, C, k) -> seconds, for the simulator's hot loop.
@@ -109,7 +120,8 @@ class StepCost:
                 "threads": self.threads, "reasons": list(self.reasons),
                 "import_s": self.import_s, "import_per_token_s": self.import_per_token_s,
                 "recv_s": self.recv_s, "recv_per_token_s": self.recv_per_token_s,
-                "decode_attention": self.decode_attention}
+                "decode_attention": self.decode_attention,
+                "prefill_noise": list(self.prefill_noise), "decode_noise": list(self.decode_noise)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepCost":
@@ -127,7 +139,17 @@ class StepCost:
                    import_per_token_s=float(d.get("import_per_token_s", 0.0)),
                    recv_s=float(d.get("recv_s", 0.0)),
                    recv_per_token_s=float(d.get("recv_per_token_s", 0.0)),
-                   decode_attention=attention)
+                   decode_attention=attention,
+                   prefill_noise=_noise(d.get("prefill_noise", ())),
+                   decode_noise=_noise(d.get("decode_noise", ())))
+
+
+def _noise(values) -> tuple[float, ...]:
+    """A profile's noise quantiles: finite, positive, ascending."""
+    q = tuple(float(v) for v in values)
+    if any(not (v > 0 and v < float("inf")) for v in q) or list(q) != sorted(q):
+        raise ValueError("step noise quantiles must be positive, finite and ascending")
+    return q
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,14 @@ import pandas as pd
 from gpuprobe.perf.costmodel import (
     BATCHED_PREFILL_TERMS,
     DECODE_TERMS,
+    NOISE_QUANTILES,
     PREFILL_TERMS,
     Link,
     StepCost,
 )
 from gpuprobe.perf.fit import least_squares
 
+MIN_NOISE_STEPS = 20  # repeated-shape steps needed to say how much steps vary
 STEP_COLS = ("duration_s", "num_prefill_tokens", "num_decode_seqs", "num_decode_ctx_tokens")
 
 
@@ -66,7 +68,9 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
     decode = replace(decode, coef=(decode.coef[0], decode.coef[1] + per_token, decode.coef[2]))
     i0, i1 = import_fit(steps, gap0, per_token)
     cost = StepCost(prefill=prefill, decode=decode, threads=threads, step_overhead_s=gap0,
-                    import_s=i0, import_per_token_s=i1, decode_attention=attention)
+                    import_s=i0, import_per_token_s=i1, decode_attention=attention,
+                    prefill_noise=step_noise(y[pre], np.c_[T[pre], k[pre]]),
+                    decode_noise=step_noise(y[dec], np.c_[B[dec], c_bin]))
     if mix.sum() >= 3:
         f = cost.step_fn()
         base = np.array([f(t, q, b, c, n) - cost.step_overhead_s
@@ -74,6 +78,25 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
         ratio = y[mix] / np.maximum(base, 1e-9)
         cost = replace(cost, mixed_factor=float(np.median(ratio)), mixed_source="measured")
     return cost
+
+
+def step_noise(y: np.ndarray, shapes: np.ndarray) -> tuple[float, ...]:
+    """NOISE_QUANTILES quantiles of each step's time over the median of the steps of its
+    shape, over shapes seen at least twice; () from fewer than MIN_NOISE_STEPS such steps.
+
+    The spread of repeated steps of one shape, not their spread around the fitted curve:
+    the curve's own misfit between sizes is not noise, and a simulator that drew it at random
+    would count it twice."""
+    if len(y) < MIN_NOISE_STEPS:
+        return ()
+    _, inv, counts = np.unique(shapes, axis=0, return_inverse=True, return_counts=True)
+    inv = inv.ravel()
+    median = np.array([np.median(y[inv == g]) for g in range(len(counts))])
+    ratio = (y / np.maximum(median[inv], 1e-12))[counts[inv] >= 2]
+    if len(ratio) < MIN_NOISE_STEPS:
+        return ()
+    q = np.quantile(ratio, (np.arange(NOISE_QUANTILES) + 0.5) / NOISE_QUANTILES)
+    return tuple(float(v) for v in np.maximum.accumulate(np.maximum(q, 1e-3)))
 
 
 def decode_attention_of(steps: pd.DataFrame) -> str:

@@ -50,10 +50,16 @@ class SimEngine:
     num_macro_steps count what happened.
     """
 
-    def __init__(self, config: SchedulerConfig, cost: StepCost):
+    def __init__(self, config: SchedulerConfig, cost: StepCost,
+                 rng: np.random.Generator | None = None):
         self.config = config
         self.sched = Scheduler(config)
         self.step_s = cost.step_fn()
+        # Step-time noise (the profile's, drawn from rng): every step differs, so no
+        # macro-steps; without an rng or noise the steps lie on the curve.
+        self._noisy = rng is not None and cost.noisy
+        if self._noisy:
+            self.step_s = noisy_step_fn(cost, rng)
         # step_fn's decode-only formula, unrolled into run()'s macro-step (same operations).
         self._dec = (*cost.decode.coef, cost.step_overhead_s, cost.scale)
         # (y + 0.0) * 1.0 == y for every step time y: the loop may skip both operations.
@@ -92,7 +98,7 @@ class SimEngine:
         sched, role = self.sched, self.config.role
         waiting, running = sched.waiting, sched.running
         min_macro = MIN_MACRO_STEPS  # read once: the bench and tests set it before a run
-        plan = None if role == "prefill" or min_macro >= 10 ** 9 else (
+        plan = None if role == "prefill" or min_macro >= 10 ** 9 or self._noisy else (
             sched._decode_run.plan)  # == uniform_decode_steps(), one call layer less
         d0, d1, d2, ovh, scale = self._dec
         plain, advance = self._plain, sched._decode_run.advance  # == advance_decodes()
@@ -302,6 +308,28 @@ class SimEngine:
             self.run_ids.append(seq_id)
             self.run_starts.append(-start - 1)
             self.run_counts.append(self.num_uniform - start)
+
+
+def noisy_step_fn(cost: StepCost, rng: np.random.Generator, chunk: int = 4096):
+    """cost.step_fn() with each step's time, its loop overhead aside, multiplied by a draw
+    from the cost's noise quantiles (prefill_noise for a step with prefill tokens,
+    decode_noise otherwise; a kind without quantiles is not drawn for)."""
+    base = cost.step_fn()
+    ovh = cost.step_overhead_s * cost.scale
+    tables = {True: cost.prefill_noise, False: cost.decode_noise}
+    draws: dict[bool, list] = {True: [], False: []}
+
+    def step_s(T: int, Q: float, B: int, C: int, k: int | None = None) -> float:
+        dt = base(T, Q, B, C, k)
+        kind = bool(T)
+        table = tables[kind]
+        if not table:
+            return dt
+        pool = draws[kind]
+        if not pool:
+            pool.extend(rng.integers(0, len(table), chunk).tolist())
+        return ovh + (dt - ovh) * table[pool.pop()]
+    return step_s
 
 
 def _prefill_work(prefill, tokens: dict) -> int:

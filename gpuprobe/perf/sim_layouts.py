@@ -61,8 +61,12 @@ def _sequences(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> list[Seq
 
 
 def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
-               output_tokens: np.ndarray, profile: Profile, config: LayoutConfig) -> RawTimes:
-    """Simulate one layout; arrays are per request, arrival_s sorted ascending."""
+               output_tokens: np.ndarray, profile: Profile, config: LayoutConfig,
+               seed: int | None = 0) -> RawTimes:
+    """Simulate one layout; arrays are per request, arrival_s sorted ascending. seed: of the
+    step-time noise of workers whose profile has some (None: every step on its curve)."""
+    def rng(i: int):
+        return None if seed is None else np.random.default_rng([seed, i])
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     ovh = profile.overhead
@@ -70,12 +74,12 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     in_s = ovh.request_in_s + (ovh.split_in_s if layout != "monolithic" else 0.0)
     ready_s = (arrival_s + in_s).tolist()
     if layout == "monolithic":
-        eng = SimEngine(config.mixed, profile.worker(layout, "mixed"))
+        eng = SimEngine(config.mixed, profile.worker(layout, "mixed"), rng(0))
         eng.run(ready_s, seqs)
         first_eng, dec = eng, eng
         stats = _stats(eng, "monolithic")
     else:
-        pre = SimEngine(config.prefill, profile.worker(layout, "prefill"))
+        pre = SimEngine(config.prefill, profile.worker(layout, "prefill"), rng(0))
         pre.run(ready_s, seqs)
         link, kvb = profile.link(layout), profile.kv_bytes_per_token
         tokens = np.fromiter((s.num_computed_tokens for s in pre.prefilled), np.int64,
@@ -83,7 +87,7 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         # Link.seconds(), vectorized: the same operations as on Python numbers.
         handed_s = np_view(pre.prefilled_s) + (link.latency_s + kvb * tokens / link.bytes_per_s)
         order = np.argsort(handed_s, kind="stable").tolist()  # ties keep prefill order
-        dec = SimEngine(config.decode, profile.worker(layout, "decode"))
+        dec = SimEngine(config.decode, profile.worker(layout, "decode"), rng(1))
         dec.run(handed_s[order].tolist(), [pre.prefilled[k] for k in order])
         first_eng = pre
         stats = {**_stats(pre, "prefill"), **_stats(dec, "decode")}

@@ -4,8 +4,9 @@
     result.summary["ttft_p99_s"], result.requests["ttft_s"]
 
 workload_df columns: arrival_s (seconds from the first request), prompt_tokens,
-output_tokens. The result is deterministic: the same inputs give the same numbers (the model
-has no randomness; ties keep the workload's order).
+output_tokens. The result is deterministic for a seed: the same inputs give the same numbers
+(ties keep the workload's order). The only randomness is step-time noise, which a measured
+profile carries (how much repeated steps of one shape varied) and a seeded generator draws.
 """
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ class SimResult:
 
 
 def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = Slo(),
-             config: LayoutConfig | None = None) -> SimResult:
-    """Simulate `workload` through `layout` with `profile`'s costs. Times in seconds."""
+             config: LayoutConfig | None = None, seed: int | None = 0) -> SimResult:
+    """Simulate `workload` through `layout` with `profile`'s costs. Times in seconds.
+    seed: of the step-time noise a measured profile carries (the same seed, the same result;
+    None: every step on its curve)."""
     missing = [c for c in REQUIRED if c not in workload.columns]
     if missing:
         raise UserError(f"workload lacks column(s) {missing}; needs {list(REQUIRED)}")
@@ -48,7 +51,7 @@ def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = S
     prompt = wl["prompt_tokens"].to_numpy()
     output = np.maximum(wl["output_tokens"].to_numpy(), 1)
     with _gc_paused():
-        raw = run_layout(layout, arrival, prompt, output, profile, config or LayoutConfig())
+        raw = run_layout(layout, arrival, prompt, output, profile, config or LayoutConfig(), seed)
     tok = token_stats(raw.first_s, raw.times_s, raw.run_owner, raw.run_start, raw.run_count)
     req = per_request(arrival, raw.first_s, tok.last_s, output)
     req["tbt_max_s"] = np.where(output > 1, tok.tbt_max_s, np.nan)

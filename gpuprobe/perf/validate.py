@@ -250,8 +250,11 @@ def predict_layouts(sim_wl: pd.DataFrame, probes: dict, opts: ValidateOptions,
         if layout != "monolithic":  # the split layouts' extra front-end path, measured per layout
             prof = _with_split(profile, probes[layout].overhead_s - ovh)
         front = probes[layout].front_cpu
-        runs = [_contended(sim_wl, stretched(prof, f), layout, scaled_front(front, f), opts, configs)
-                for f in (drift or {}).get(layout) or [{}]]
+        # One prediction per replay (at its cores' speed, when the probe read it), each with
+        # its own seed of the profile's step-time noise: their median, like the measurement's.
+        factors = (drift or {}).get(layout) or [{}] * opts.replays
+        runs = [_contended(sim_wl, stretched(prof, f), layout, scaled_front(front, f), opts, configs,
+                           seed) for seed, f in enumerate(factors)]
         stretch[layout] = runs[0][0]
         predicted[layout] = median_summary([res.summary for _, res in runs])
         confidence[layout] = runs[0][1].summary["confidence"]
@@ -259,7 +262,7 @@ def predict_layouts(sim_wl: pd.DataFrame, probes: dict, opts: ValidateOptions,
 
 
 def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: ValidateOptions,
-               configs):
+               configs, seed: int = 0):
     """({worker: step-time factor}, SimResult) with the front's CPU taken from the workers'
     cores (contention.busy_stretch); the factors depend on how busy the workers are, which
     depends on the factors: a few passes from no stretch."""
@@ -269,7 +272,7 @@ def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: Validate
     roles = ("mixed",) if layout == "monolithic" else ("prefill", "decode")
     keys = {r: "monolithic" if r == "mixed" else f"{layout}.{r}" for r in roles}
     factor = dict.fromkeys(keys.values(), 1.0)
-    res = simulate(sim_wl, profile, layout, opts.slo, configs)
+    res = simulate(sim_wl, profile, layout, opts.slo, configs, seed)
     if front is None:
         return factor, res
     tokens = float(sim_wl["output_tokens"].mean())
@@ -279,7 +282,7 @@ def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: Validate
         busy = {keys[r]: res.summary.get(f"{name.get(r, r)}_busy_s", 0.0) / span if span > 0
                 else 1.0 for r in roles}
         factor = busy_stretch(front, _rate(sim_wl), tokens, busy, pinned=layout != "monolithic")
-        res = simulate(sim_wl, stretched(profile, factor), layout, opts.slo, configs)
+        res = simulate(sim_wl, stretched(profile, factor), layout, opts.slo, configs, seed)
     return factor, res
 
 

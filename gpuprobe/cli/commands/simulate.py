@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.cli.argtypes import positive_float, positive_int
+from gpuprobe.cli.argtypes import nonneg_int, positive_float, positive_int
 
 NAME = "simulate"
 HELP = "simulate a workload through layouts with a cost-model profile (no server needed)"
@@ -27,6 +27,9 @@ def add_arguments(p) -> None:
                    help="sequences per batch per worker (default 256)")
     p.add_argument("--num-blocks", type=positive_int, default=40000, metavar="N",
                    help="KV blocks of 16 tokens per worker (default 40000)")
+    p.add_argument("--seed", type=nonneg_int, default=0,
+                   help="seed of the step-time noise a measured profile carries (default 0; "
+                        "the same seed gives the same result)")
     p.add_argument("--json", action="store_true",
                    help="print the per-layout summaries and the pick as JSON")
 
@@ -51,7 +54,7 @@ def run(args) -> int:
               max_num_batched_tokens=max(2048, int(wl["prompt_tokens"].max())))
     cfg = LayoutConfig(*(SchedulerConfig(role=r, **kw) for r in ("mixed", "prefill", "decode")))
     slo = Slo(args.slo_ttft, args.slo_tbt)
-    out = {x: simulate(wl, profile, x, slo, cfg).summary for x in layouts}
+    out = {x: simulate(wl, profile, x, slo, cfg, args.seed).summary for x in layouts}
     best = pick_best(out)
     notes = [_unserved(x, s, args.num_blocks) for x, s in out.items() if not s["num_completed"]]
     if note := best_note(out, best):
