@@ -143,8 +143,9 @@ def test_waiting_for_the_next_prompt_is_not_loop_overhead():
             t += d + g0 + g * k
         t += 0.01  # idle until the next burst (over the 20 ms cut: not counted anyway)
     s, r = pd.DataFrame(steps), pd.DataFrame(reqs)
-    gap0, per = step_gap_fit(s, r)
+    gap0, per, before_prefill = step_gap_fit(s, r)
     assert gap0 == pytest.approx(g0, rel=1e-6) and per == pytest.approx(g, rel=1e-6)
+    assert before_prefill == 0.0  # every step prefills here: nothing to tell apart
     blind = step_gap_fit(s)  # without the rows the round trips count as loop gaps
     assert blind[0] != pytest.approx(g0, rel=0.5) or blind[1] != pytest.approx(g, rel=0.5)
 
@@ -183,3 +184,44 @@ def test_padded_decode_attention_and_recorded_q_are_fitted():
     # records from before the columns: paged, C the sum of the contexts
     old = steps.drop(columns=["num_decode_padded_tokens", "prefill_q_tokens2"])
     assert decode_attention_of(old) == "paged" and fit_worker(old, "m").decode_attention == "paged"
+
+
+def test_the_gap_before_a_prefill_step_is_not_every_steps_overhead():
+    """A worker that prefills and decodes waits longer before a prefill step (it takes the
+    prompts in); that is fitted apart, so decode steps keep the loop's own gap, and a shape
+    seen once does not tilt the fit."""
+    import pandas as pd
+    g0, before, t = 3e-4, 1e-3, 0.0
+    rows, reqs = [], []
+    for burst in range(8):
+        B = (2, 4)[burst % 2]
+        t += 0.5
+        reqs += [dict(arrival_s=t - 1e-3, prefill_start_s=t)] * B  # prompts already there
+        rows.append(dict(layout="monolithic", role="mixed", start_s=t, duration_s=0.004,
+                         num_prefill_tokens=32 * B, num_prefill_seqs=B, num_decode_seqs=0,
+                         num_decode_ctx_tokens=0))
+        t += 0.004 + g0
+        for _ in range(20):
+            rows.append(dict(layout="monolithic", role="mixed", start_s=t, duration_s=0.002,
+                             num_prefill_tokens=0, num_prefill_seqs=0, num_decode_seqs=B,
+                             num_decode_ctx_tokens=B * 40))
+            t += 0.002 + g0
+        if burst == 3:  # a decode step of a shape seen once, a 15 ms gap after it
+            rows.append(dict(layout="monolithic", role="mixed", start_s=t, duration_s=0.002,
+                             num_prefill_tokens=0, num_prefill_seqs=0, num_decode_seqs=9,
+                             num_decode_ctx_tokens=9 * 40))
+            t += 0.002 + 0.015
+            rows.append(dict(layout="monolithic", role="mixed", start_s=t, duration_s=0.002,
+                             num_prefill_tokens=0, num_prefill_seqs=0, num_decode_seqs=B,
+                             num_decode_ctx_tokens=B * 40))
+            t += 0.002
+        t += before  # a prompt arrived: the next step prefills it, after the longer gap
+        reqs.append(dict(arrival_s=t - 0.002, prefill_start_s=t))
+        rows.append(dict(layout="monolithic", role="mixed", start_s=t, duration_s=0.003,
+                         num_prefill_tokens=64, num_prefill_seqs=1, num_decode_seqs=0,
+                         num_decode_ctx_tokens=0))
+        t += 0.003 + g0
+    gap0, per_token, before_prefill = step_gap_fit(pd.DataFrame(rows), pd.DataFrame(reqs))
+    assert gap0 == pytest.approx(g0, rel=0.05)
+    assert before_prefill == pytest.approx(before, rel=0.05)
+    assert per_token < 1e-5

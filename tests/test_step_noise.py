@@ -93,3 +93,12 @@ def test_noise_travels_in_the_profile_and_bad_noise_is_refused(tmp_path):
         w.pop("decode_noise"), w.pop("prefill_noise")
     path.write_text(json.dumps(doc))
     assert not load_profile(str(path)).workers["monolithic"].noisy
+
+
+def test_an_unknown_decode_attention_is_refused(tmp_path):
+    doc = json.loads(_profile().dumps())
+    doc["workers"]["monolithic"]["decode_attention"] = "sparse"
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match="decode_attention"):
+        load_profile(str(path))
