@@ -69,3 +69,9 @@ def test_cut_idle():
 def test_unknown_basis_is_refused():
     with pytest.raises(ValueError, match="basis"):
         replay_rate(np.arange(5.0), 10.0, 0.5, basis="median")
+
+
+def test_the_schedule_says_what_load_it_was_asked_for():
+    t = _bursty()
+    assert replay_rate(t, 50.0, 0.5).info()["load"] == 0.5
+    assert replay_rate(t, 50.0, 0.5, rate_rps=7.0).info()["load"] is None

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from gpuprobe.perf.fit import Fit, fixed
 
 PREFILL_TERMS = ("1", "T", "Q")
-BATCHED_PREFILL_TERMS = ("1", "T", "Q", "k")  # + per prompt in the step (k = T^2 / Q)
+BATCHED_PREFILL_TERMS = ("1", "T", "Q", "k")  # + per prompt in the step
 DECODE_TERMS = ("1", "B", "C")
 DECODE_ATTENTION = ("paged", "padded")  # what the decode term's C counts (StepCost)
 NOISE_QUANTILES = 100  # step-time noise is kept as this many quantiles, (i + 0.5) / 100

@@ -35,7 +35,8 @@ class ReplayRate:
 
     arrival_s: np.ndarray
     speed: float          # trace time / replay time, before idle gaps are cut
-    basis: str
+    basis: str            # 'peak', 'mean', or 'rate' (a mean rate given outright)
+    load: float | None    # the fraction of capacity asked for (None with a rate)
     mean_rps: float       # of the schedule as replayed (idle gaps cut)
     peak_rps: float       # of its busiest stretch
     mean_load: float      # mean_rps / capacity
@@ -44,7 +45,8 @@ class ReplayRate:
     peak_window: int      # requests in the busiest stretch
 
     def info(self) -> dict:
-        return {"basis": self.basis, "speed": self.speed, "mean_rps": self.mean_rps,
+        return {"basis": self.basis, "load": self.load, "speed": self.speed,
+                "mean_rps": self.mean_rps,
                 "peak_rps": self.peak_rps, "mean_load": self.mean_load,
                 "peak_load": self.peak_load, "idle_cut_s": self.idle_cut_s,
                 "peak_window": self.peak_window, "span_s": float(self.arrival_s[-1])}
@@ -110,7 +112,8 @@ def replay_rate(arrival_s: np.ndarray, capacity_rps: float, load: float | None =
     mean = (n - 1) / span if span > 0 else float("inf")
     peak = busiest_rate(sched, window)
     raw_span = float(t[-1] / speed) if speed > 0 else 0.0
-    return ReplayRate(arrival_s=sched, speed=float(speed), basis=basis, mean_rps=float(mean),
+    return ReplayRate(arrival_s=sched, speed=float(speed), basis=basis,
+                      load=None if basis == "rate" else load, mean_rps=float(mean),
                       peak_rps=peak, mean_load=float(mean / capacity_rps),
                       peak_load=float(peak / capacity_rps), idle_cut_s=max(0.0, raw_span - span),
                       peak_window=window)

@@ -378,7 +378,6 @@ def _result(rows, predicted, measured, confidence, opts, capacity, rate, profile
            "tied_predicted": tied_best(predicted, tolerance), "tbt_tolerance": tolerance,
            "slo": opts.slo.to_dict(), "summary": summary, "confidence": confidence,
            "workload": {"num_requests": n, "token_scale": opts.token_scale,
-                        "load": DEFAULT_LOAD if opts.load is None else opts.load,
                         "rate_rps": opts.rate_rps, "capacity_rps": capacity, **rate.info()},
            "wall_s": wall_s, "profile": profile.to_dict()}
     for name, summ in (("best_measured", measured), ("best_predicted", predicted)):
