@@ -48,8 +48,8 @@ def test_rate_overrides_the_load():
     assert r.basis == "rate" and r.mean_rps == pytest.approx(7.0)
 
 
-def test_span_bound_raises_the_rate_only_as_far_as_needed():
-    t = np.cumsum(np.full(200, 0.5))  # evenly spaced: nothing to cut at a low rate
+def test_span_bound_on_an_even_trace_raises_its_rate_only_as_far_as_needed():
+    t = np.cumsum(np.full(200, 0.5))  # evenly spaced: every gap is cut alike, a higher rate
     free = replay_rate(t, capacity_rps=10.0, load=0.2, max_idle_s=1.0)
     assert free.arrival_s[-1] > 60
     bound = replay_rate(t, capacity_rps=10.0, load=0.2, max_idle_s=1.0, max_span_s=30.0)
@@ -59,6 +59,22 @@ def test_span_bound_raises_the_rate_only_as_far_as_needed():
     burst = replay_rate(np.r_[np.zeros(50), np.arange(1, 51) * 10.0], 10.0, 0.5,
                         max_idle_s=1.0, max_span_s=20.0)
     assert 0 < burst.arrival_s[-1] <= 20.0 + 1e-6
+
+
+def test_span_bound_compresses_the_quiet_stretches_not_the_busiest():
+    # a burst of 60 at 10 req/s, then 240 spread over 2400 s: at 0.5 x 20 req/s the burst
+    # replays at its own pace, and the quiet part must shrink to fit 30 s
+    rng = np.random.default_rng(3)
+    t = np.r_[np.arange(60) * 0.1, 6.0 + np.cumsum(rng.exponential(10.0, 240))]
+    r = replay_rate(t, capacity_rps=20.0, load=0.5, max_idle_s=1.0, max_span_s=30.0)
+    assert r.arrival_s[-1] == pytest.approx(30.0, rel=1e-6)
+    assert r.peak_load == pytest.approx(0.5, rel=0.02)  # the burst kept its load
+    assert r.gap_cap_s < 1.0 and r.info()["gap_cap_s"] == r.gap_cap_s
+    gaps = np.diff(r.arrival_s)
+    assert gaps.max() == pytest.approx(r.gap_cap_s, rel=1e-6)
+    assert np.allclose(gaps[:59], 0.1)  # the burst as it was
+    # raising the whole rate instead would have run the burst at several times that load
+    assert r.speed == pytest.approx(1.0)
 
 
 def test_cut_idle():

@@ -321,7 +321,8 @@ def _replay_rate(wl: pd.DataFrame, capacity: float, opts: ValidateOptions):
 
 
 def _rate_line(capacity: float, rate) -> str:
-    cut = f", idle gaps cut by {rate.idle_cut_s:.0f} s" if rate.idle_cut_s > 0.05 else ""
+    cut = (f", gaps over {rate.gap_cap_s:.2g} s cut to it ({rate.idle_cut_s:.0f} s in all)"
+           if rate.idle_cut_s > 0.05 and rate.gap_cap_s is not None else "")
     return (f"monolithic capacity {capacity:.1f} req/s (simulated from its profile); replaying at "
             f"{rate.mean_rps:.1f} req/s mean ({rate.mean_load:.2f} of capacity), its busiest "
             f"{rate.peak_window} requests at {rate.peak_rps:.1f} req/s ({rate.peak_load:.2f}) "
