@@ -68,7 +68,7 @@ def _check(recs: list[dict], what: str) -> list[dict]:
 
 def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=DECODE_BATCHES,
                     decode_prompts=DECODE_PROMPTS, decode_tokens: int = DECODE_TOKENS,
-                    reps: int = 2, timeout_s: float = 120.0, progress=None,
+                    reps: int = 4, timeout_s: float = 120.0, progress=None,
                     vocab: int | None = None) -> dict:
     """Send the calibration load; returns {'prefill': [rec], 'decode': [(B, L, [rec])],
     't0_s', 't1_s'} with replay-client records (ttft_s, token_times in s from send).
