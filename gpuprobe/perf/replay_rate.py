@@ -138,16 +138,12 @@ def _span(t: np.ndarray, speed: float, max_idle_s: float | None) -> float:
 
 
 def _cap_for_span(gaps: np.ndarray, span_s: float) -> float:
-    """The cap c with sum(min(gaps, c)) == span_s (bisection: the sum rises with c), for
-    0 < span_s < sum(gaps)."""
-    lo, hi = 0.0, float(gaps.max())
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if float(np.minimum(gaps, mid).sum()) > span_s:
-            hi = mid
-        else:
-            lo = mid
-    return lo
+    """The cap c with sum(min(gaps, c)) == span_s, for 0 < span_s < sum(gaps): with the gaps
+    ascending, the first i where cutting gaps[i:] to one value leaves that value <= gaps[i]."""
+    g = np.sort(gaps)
+    kept = np.concatenate([[0.0], np.cumsum(g)[:-1]])  # sum of the gaps below each one
+    caps = (span_s - kept) / (len(g) - np.arange(len(g)))
+    return float(caps[np.argmax(caps <= g)])
 
 
 def _speed_for_span(t: np.ndarray, max_idle_s: float | None, span_s: float) -> float:
