@@ -225,3 +225,30 @@ def test_the_gap_before_a_prefill_step_is_not_every_steps_overhead():
     assert gap0 == pytest.approx(g0, rel=0.05)
     assert before_prefill == pytest.approx(before, rel=0.05)
     assert per_token < 1e-5
+
+
+def test_a_prefill_workers_gap_from_two_shapes_is_a_line_not_a_pooled_median():
+    """A split prefill worker's calibration shows busy gaps of two shapes only: after a burst's
+    first prompt (one KV handed over) and after full steps of six. The gap grows with the KVs
+    handed over; the fit is the line through the two, not one median of both applied to every
+    step (which charged single-prompt steps the six-prompt gap: 11 ms against 2-4 measured)."""
+    import pandas as pd
+    g0, g = 1.5e-3, 1.8e-3
+    rows, reqs, t = [], [], 0.0
+    for burst in range(14):
+        t += 0.5
+        arrival = t - 1e-3
+        for k in (1, 6) if burst % 2 else (1, 6, 6):
+            reqs += [dict(arrival_s=arrival, prefill_start_s=t)] * k
+            rows.append(dict(layout="intra", role="prefill", start_s=t, duration_s=0.004 * k,
+                             num_prefill_tokens=32 * k, num_prefill_seqs=k, num_decode_seqs=0,
+                             num_decode_ctx_tokens=0))
+            t += 0.004 * k + g0 + g * k
+        if burst == 5:  # an odd shape, seen once
+            reqs.append(dict(arrival_s=arrival, prefill_start_s=t))
+            rows.append(dict(layout="intra", role="prefill", start_s=t, duration_s=0.01,
+                             num_prefill_tokens=96, num_prefill_seqs=3, num_decode_seqs=0,
+                             num_decode_ctx_tokens=0))
+            t += 0.01 + 0.019
+    gap0, per, _ = step_gap_fit(pd.DataFrame(rows), pd.DataFrame(reqs))
+    assert gap0 == pytest.approx(g0, rel=0.02) and per == pytest.approx(g, rel=0.02)

@@ -185,15 +185,15 @@ def step_gap_fit(steps: pd.DataFrame, requests: pd.DataFrame | None = None
     # Shapes seen once or twice (a burst's odd last step) are a gap each, not a median: one
     # of 5.4 ms, weighed like 44 gaps of 0.3 ms, had lifted the monolithic worker's fit.
     _, counts = np.unique(keys, axis=0, return_counts=True)
-    if (counts >= MIN_GAP_GROUP).sum() >= 3:
+    if (counts >= MIN_GAP_GROUP).sum() >= 2:
         xs, ys = xs[counts >= MIN_GAP_GROUP], ys[counts >= MIN_GAP_GROUP]
-    if len(xs) < 3:
-        return float(np.median(gaps[busy])), 0.0, 0.0
     X = np.c_[np.ones(len(xs)), xs]
     # A term that never varies (a prefill worker: every next step prefills) is the intercept's.
     keep = [0] + [j for j in (1, 2) if np.ptp(xs[:, j - 1]) > 0]
     if len(keep) == 3 and np.linalg.matrix_rank(X) < 3:
         keep = [0, 1]
+    if len(xs) < 2 or len(xs) < len(keep):
+        return float(np.median(gaps[busy])), 0.0, 0.0
     fit = least_squares(X[:, keep], ys, tuple(("1", "tokens", "prefill next")[j] for j in keep),
                         xs[:, 0], "step gap")
     coef = dict(zip(keep, fit.coef))
