@@ -252,3 +252,25 @@ def test_a_prefill_workers_gap_from_two_shapes_is_a_line_not_a_pooled_median():
             t += 0.01 + 0.019
     gap0, per, _ = step_gap_fit(pd.DataFrame(rows), pd.DataFrame(reqs))
     assert gap0 == pytest.approx(g0, rel=0.02) and per == pytest.approx(g, rel=0.02)
+
+
+def test_a_worker_whose_calibration_contexts_never_differ_is_still_fitted_padded():
+    """Decode bursts of B equal prompts prefilled together: every step's contexts are equal,
+    so the padded positions equal their sum. The records still say what the call read, and
+    the worker is fitted padded: served traffic has unequal contexts, and the simulator must
+    charge B x the longest, as the runner reads."""
+    import pandas as pd
+    from gpuprobe.perf.profile_fit import decode_attention_of
+    rows, t = [], 0.0
+    for B in (1, 2, 4, 8, 16, 32):
+        for step in range(20):
+            C = B * (33 + step)
+            rows.append(dict(layout="monolithic", role="mixed", start_s=t, duration_s=0.002,
+                             num_prefill_tokens=0, num_prefill_seqs=0, num_decode_seqs=B,
+                             num_decode_ctx_tokens=C, num_decode_padded_tokens=C))
+            t += 0.0023
+    steps = pd.DataFrame(rows)
+    assert decode_attention_of(steps) == "padded"
+    assert fit_worker(steps, "m").decode_attention == "padded"
+    blank = steps.assign(num_decode_padded_tokens=np.nan)  # an engine that writes no positions
+    assert decode_attention_of(blank) == "paged"

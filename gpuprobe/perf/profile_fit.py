@@ -103,15 +103,20 @@ def step_noise(y: np.ndarray, shapes: np.ndarray) -> tuple[float, ...]:
 
 
 def decode_attention_of(steps: pd.DataFrame) -> str:
-    """'padded' when the records show decode steps reading more KV positions than their
-    sequences hold (one attention call padded to the longest context, as the reference
-    runner does), else 'paged' (also for records from before the column)."""
+    """'padded' when the records carry the KV positions each decode step's attention call
+    read (num_decode_padded_tokens: B x the longest context, the reference runner's one
+    padded call), else 'paged' (records from before the column, or from an engine that
+    does not write it).
+
+    Not read off whether those positions exceed the contexts' sum: that only says whether
+    a step's contexts differed. A monolithic worker's calibration bursts prefill B equal
+    prompts together, so their contexts never differ; that test called the worker paged
+    in 41 of 54 runs and padded in 13, by chance, while its replays read B x the longest."""
     if "num_decode_padded_tokens" not in steps.columns:
         return "paged"
     P = steps["num_decode_padded_tokens"].to_numpy(float)
-    C = steps["num_decode_ctx_tokens"].to_numpy(float)
     seen = np.isfinite(P) & (steps["num_decode_seqs"].to_numpy(float) > 0)
-    return "padded" if (P[seen] > C[seen]).any() else "paged"
+    return "padded" if seen.any() else "paged"
 
 
 def _decode_positions(s: pd.DataFrame, attention: str) -> np.ndarray:
