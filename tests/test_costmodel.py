@@ -120,3 +120,14 @@ def test_front_load_goes_to_busy_time_and_to_the_idle_core():
     flipped = busy_stretch(f, 25.0, 1, {"p": 0.1, "d": 0.5}, pinned=True)
     assert flipped["d"] == 1.0 and flipped["p"] > 1.0
     assert busy_stretch(FrontCpu(), 25.0, 1, {"p": 0.5, "d": 0.1}, pinned=True) == {"p": 1.0, "d": 1.0}
+
+
+def test_the_per_request_cpu_becomes_a_stall_and_the_per_token_cpu_stays_a_stretch():
+    from gpuprobe.perf.contention import FrontCpu, arrival_stalled
+
+    prof = Profile(workers={"monolithic": simple_worker(0.01, 1e-4, 0, 0.005, 1e-3, 0)})
+    f = FrontCpu(cpu_per_request_s=0.006, cpu_per_token_s=0.0001, source="measured")
+    p2, f2 = arrival_stalled(prof, f)
+    assert p2.workers["monolithic"].arrival_stall_s == 0.006
+    assert f2.cpu_per_request_s == 0.0 and f2.cpu_per_token_s == 0.0001
+    assert prof.workers["monolithic"].arrival_stall_s == 0.0  # the input is not changed

@@ -89,3 +89,28 @@ def test_request_too_long_for_cache_is_rejected_not_crashing():
     res = simulate(_wl([(0.0, 10, 5), (0.0, 500, 5)]), _profile(), "monolithic", config=lc)
     assert res.summary["num_rejected"] == 1 and res.summary["num_completed"] == 1
     assert "do not fit" in " ".join(res.summary["confidence"]["reasons"])
+
+
+def test_an_arrival_stalls_a_busy_worker_once_and_an_idle_one_not_at_all():
+    from dataclasses import replace
+
+    wl = _wl([(0.0, 16, 200), (0.5, 16, 2), (5.0, 16, 2)])  # the last comes to an idle engine
+    base = _profile()
+    stall = 0.05
+    stalled = replace(base, workers={**base.workers,
+                                     "monolithic": replace(base.workers["monolithic"],
+                                                           arrival_stall_s=stall)})
+    a = simulate(wl, base, "monolithic").requests
+    b = simulate(wl, stalled, "monolithic").requests
+    # The long request was decoding when the second arrived: its clock lost the stall once
+    # (its own arrival found the engine idle, as did the third's).
+    assert b["e2e_s"][0] - a["e2e_s"][0] == pytest.approx(stall)
+    assert b["ttft_s"][0] == pytest.approx(a["ttft_s"][0])
+    assert b["ttft_s"][2] == pytest.approx(a["ttft_s"][2])
+    # Split layouts take the stall only where the profile puts it (validate: monolithic).
+    assert simulate(wl, stalled, "intra").requests["e2e_s"][0] == pytest.approx(
+        simulate(wl, base, "intra").requests["e2e_s"][0])
+    # It survives the profile's JSON.
+    from gpuprobe.perf.costmodel import StepCost
+    w = stalled.workers["monolithic"]
+    assert StepCost.from_dict(w.to_dict()).arrival_stall_s == stall

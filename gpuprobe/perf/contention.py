@@ -83,3 +83,19 @@ def busy_stretch(front: FrontCpu, rate_rps: float, tokens_per_request: float,
     total = sum(idle.values())
     return {k: 1.0 / (1.0 - min(u_busy * (idle[k] / total if total > 0 else 1.0 / len(busy)),
                                 MAX_UTIL)) for k in busy}
+
+
+def arrival_stalled(profile, front: FrontCpu):
+    """(profile, front) with the front's per-request CPU moved onto the workers' clocks as a
+    stall at each arrival (StepCost.arrival_stall_s), and out of the front's steady load.
+
+    That CPU comes in one burst as each request arrives (the client sends it, the front
+    parses it), so it holds up the step in progress, not every step. In the replays'
+    monolithic steps, a step with no arrival inside ran on the fit (median excess 0.1-0.2
+    ms); one with an arrival ran 3.5-4.5 ms longer at the median and 6-8 ms on average,
+    against 5.7-6.2 ms of CPU per request (docs/model-log.md). The per-token part (streaming
+    each step's tokens) stays a stretch of the busy time (busy_stretch). Used for the
+    unpinned (monolithic) worker, whose threads meet at every op."""
+    w = front.cpu_per_request_s
+    workers = {k: replace(c, arrival_stall_s=w) for k, c in profile.workers.items()}
+    return replace(profile, workers=workers), replace(front, cpu_per_request_s=0.0)

@@ -67,6 +67,11 @@ class StepCost:
     # a seeded draw from them; empty: every step exactly on the curve.
     prefill_noise: tuple[float, ...] = ()
     decode_noise: tuple[float, ...] = ()
+    # Work beside the loop that comes with each request's arrival, on the worker's cores (a
+    # front sharing them parses and tokenizes it): the worker's clock loses this much for
+    # every request that arrives while it is busy. A burst per arrival, not a stretch of every
+    # step: most steps meet none, so it moves the mean step and the queue, not the median.
+    arrival_stall_s: float = 0.0
 
     @property
     def noisy(self) -> bool:
@@ -121,7 +126,8 @@ class StepCost:
                 "import_s": self.import_s, "import_per_token_s": self.import_per_token_s,
                 "recv_s": self.recv_s, "recv_per_token_s": self.recv_per_token_s,
                 "decode_attention": self.decode_attention,
-                "prefill_noise": list(self.prefill_noise), "decode_noise": list(self.decode_noise)}
+                "prefill_noise": list(self.prefill_noise), "decode_noise": list(self.decode_noise),
+                "arrival_stall_s": self.arrival_stall_s}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepCost":
@@ -141,7 +147,8 @@ class StepCost:
                    recv_per_token_s=float(d.get("recv_per_token_s", 0.0)),
                    decode_attention=attention,
                    prefill_noise=_noise(d.get("prefill_noise", ())),
-                   decode_noise=_noise(d.get("decode_noise", ())))
+                   decode_noise=_noise(d.get("decode_noise", ())),
+                   arrival_stall_s=float(d.get("arrival_stall_s", 0.0)))
 
 
 def _noise(values) -> tuple[float, ...]:

@@ -35,6 +35,7 @@ MIN_MACRO_STEPS = 1  # the bench and tests set it out of reach to get the single
 TOKEN = 1            # every simulated token; the trace fixes lengths (ignore_eos)
 RUNNING = SeqStatus.RUNNING
 NO_INPUT = float("nan")  # after the last input: never <= the clock
+INF = float("inf")
 
 
 class SimEngine:
@@ -65,6 +66,7 @@ class SimEngine:
         # (y + 0.0) * 1.0 == y for every step time y: the loop may skip both operations.
         self._plain = cost.step_overhead_s == 0 and cost.scale == 1
         self._import = cost.import_fn() if config.role == "decode" else None
+        self._stall = cost.arrival_stall_s if config.role != "decode" else 0.0
         # The decode term's C: the sum of the contexts, or B * the longest (a padded call).
         self._padded = cost.decode_attention == "padded"
         self.sched._decode_run.track_max = self._padded
@@ -93,8 +95,11 @@ class SimEngine:
         self.max_prefill_tokens = 0
         self.max_decode_seqs = 0
 
-    def run(self, ready_s: list[float], seqs: list[Sequence]) -> None:
-        """Feed seqs[i] at clock ready_s[i] (ascending) and run until all are done."""
+    def run(self, ready_s: list[float], seqs: list[Sequence],
+            arrive_s: list[float] | None = None) -> None:
+        """Feed seqs[i] at clock ready_s[i] (ascending) and run until all are done.
+        arrive_s: when each request reached the front (ascending; ready_s[i] less the front's
+        time), where the cost's arrival_stall_s holds up a busy worker."""
         sched, role = self.sched, self.config.role
         waiting, running = sched.waiting, sched.running
         min_macro = MIN_MACRO_STEPS  # read once: the bench and tests set it before a run
@@ -107,11 +112,22 @@ class SimEngine:
         m_seqs, m_ctx = self.macro_seqs.append, self.macro_ctx.append
         m_chain, chain_end = self.chain_starts.append, NO_INPUT
         ready = [*ready_s, NO_INPUT]  # NO_INPUT ends the feeding loop without an index check
+        stall = self._stall
+        # The front's burst of work at each arrival: a moment like an input's, without one.
+        stalls = [*arrive_s, INF] if stall and arrive_s is not None else [INF]
+        js = 0
         step = self._prefill_step if role == "prefill" else self._step
         add = sched.add
         pending: deque[Sequence] = deque()
         n, i, t = len(seqs), 0, 0.0
         while True:
+            if stalls[js] <= t:
+                j = js
+                while stalls[js] <= t:
+                    js += 1
+                if waiting or running:  # they came while the worker was busy
+                    t += stall * (js - j)
+                    self.busy_s += stall * (js - j)
             if ready[i] <= t:
                 j = i
                 while ready[i] <= t:
@@ -126,7 +142,9 @@ class SimEngine:
                             self.rejected.append(seq)
             if pending:
                 t = self._admit(pending, t)
-            next_s = ready[i] if i < n else float("inf")
+            next_s = ready[i] if i < n else INF
+            if stalls[js] < next_s:
+                next_s = stalls[js]
             if not (waiting or running):
                 if i >= n:
                     break

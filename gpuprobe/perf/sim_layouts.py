@@ -75,12 +75,12 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     ready_s = (arrival_s + in_s).tolist()
     if layout == "monolithic":
         eng = SimEngine(config.mixed, profile.worker(layout, "mixed"), rng(0))
-        eng.run(ready_s, seqs)
+        eng.run(ready_s, seqs, arrival_s.tolist())
         first_eng, dec = eng, eng
         stats = _stats(eng, "monolithic")
     else:
         pre = SimEngine(config.prefill, profile.worker(layout, "prefill"), rng(0))
-        pre.run(ready_s, seqs)
+        pre.run(ready_s, seqs, arrival_s.tolist())
         link, kvb = profile.link(layout), profile.kv_bytes_per_token
         tokens = np.fromiter((s.num_computed_tokens for s in pre.prefilled), np.int64,
                              len(pre.prefilled))

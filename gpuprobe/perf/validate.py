@@ -266,10 +266,12 @@ def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: Validate
     """({worker: step-time factor}, SimResult) with the front's CPU taken from the workers'
     cores (contention.busy_stretch); the factors depend on how busy the workers are, which
     depends on the factors: a few passes from no stretch."""
-    from gpuprobe.perf.contention import busy_stretch, stretched
+    from gpuprobe.perf.contention import arrival_stalled, busy_stretch, stretched
     from gpuprobe.perf.simulator import simulate
 
     roles = ("mixed",) if layout == "monolithic" else ("prefill", "decode")
+    if layout == "monolithic" and front is not None:
+        profile, front = arrival_stalled(profile, front)
     keys = {r: "monolithic" if r == "mixed" else f"{layout}.{r}" for r in roles}
     factor = dict.fromkeys(keys.values(), 1.0)
     res = simulate(sim_wl, profile, layout, opts.slo, configs, seed)
