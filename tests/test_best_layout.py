@@ -20,6 +20,16 @@ def test_attainment_within_two_standard_errors_ties_then_p99_decides():
     assert pick_best(summ) == "intra"
 
 
+def test_one_late_request_in_300_does_not_beat_a_full_score():
+    # At 300 of 300 the plain binomial error is 0, and one late request decided the layout;
+    # with two successes and two failures added, 299 ties 300 and p99 TBT decides.
+    summ = {"intra": s(299 / 300, 0.0339), "cross": s(1.0, 0.0300)}
+    assert tied_best(summ) == ["intra", "cross"]
+    assert pick_best(summ) == "intra"
+    # ten late requests are a real difference
+    assert tied_best({"intra": s(290 / 300, 0.0339), "cross": s(1.0, 0.0300)}) == ["cross"]
+
+
 def test_p99_within_tolerance_goes_to_the_simpler_layout():
     summ = {"monolithic": s(1.0, 0.032), "intra": s(1.0, 0.0134), "cross": s(1.0, 0.0122)}
     assert pick_best(summ) == "intra"               # 10% apart: within 15%

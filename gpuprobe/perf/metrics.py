@@ -167,7 +167,7 @@ def tied_best(summaries: dict[str, dict], tbt_tolerance: float = TBT_TOLERANCE) 
     att = {k: float(s.get("slo_attainment", 0.0) or 0.0) for k, s in summaries.items()}
     top = max(att.values())
     n = max(int(s.get("num_requests", 0) or 0) for s in summaries.values())
-    margin = 2.0 * math.sqrt(top * (1.0 - top) / n) if n else 0.0
+    margin = _two_se(top, n)
     tied = [k for k in summaries if att[k] >= top - margin - 1e-12]
 
     def p99(k: str) -> float:
@@ -178,6 +178,17 @@ def tied_best(summaries: dict[str, dict], tbt_tolerance: float = TBT_TOLERANCE) 
         tied = [k for k in tied if p99(k) <= low * (1.0 + tbt_tolerance)]
     rank = {k: i for i, k in enumerate(SIMPLER_FIRST)}
     return sorted(tied, key=lambda k: (rank.get(k, len(rank)), p99(k), k))
+
+
+def _two_se(p: float, n: int) -> float:
+    """Two standard errors of an attainment p over n requests, Agresti-Coull style: two
+    successes and two failures added (z = 2), so that 300 of 300 is not certain to the last
+    request (the plain p(1-p)/n is 0 at p = 1, and then one late request in 300 decided)."""
+    if not n:
+        return 0.0
+    m = n + 4.0
+    q = (p * n + 2.0) / m
+    return 2.0 * math.sqrt(q * (1.0 - q) / m)
 
 
 def pick_best(summaries: dict[str, dict], tbt_tolerance: float = TBT_TOLERANCE) -> str | None:
