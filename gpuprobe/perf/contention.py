@@ -13,6 +13,11 @@ take:
 cpu_per_request_s and cpu_per_token_s are measured during calibration: CPU seconds of the
 front process and of the client, over the prefill sweep (requests of one token) and the
 decode sweep (many tokens per request), solved for the two unknowns.
+
+Where it lands (validate._contended): for the monolithic worker, the per-request part is a
+stall at each arrival that finds the worker busy (arrival_stalled), the per-token part a
+stretch of its busy time; for the split layouts' pinned workers, both are a stretch shared
+by the cores' idle time (busy_stretch).
 """
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ split layout), because a worker's speed depends on its share of the device:
                                               padded call serves them all (decode_attention)
     mixed step     t = mixed_factor * (prefill + decode - min(a, d0))   one fixed cost, not two
     every step     + step_overhead_s          scheduling and streaming between forward passes
+    each arrival   + arrival_stall_s          on a busy worker's clock (the front's burst of
+                                              work per request on its cores; validate sets it)
 
 times `scale` (a worker derived from another at a smaller share runs slower). A `Profile`
 holds the workers, the KV handoff (latency + bytes / bandwidth, per link kind) and the front
