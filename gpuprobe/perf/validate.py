@@ -264,8 +264,10 @@ def predict_layouts(sim_wl: pd.DataFrame, probes: dict, opts: ValidateOptions,
 def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: ValidateOptions,
                configs, seed: int = 0):
     """({worker: step-time factor}, SimResult) with the front's CPU taken from the workers'
-    cores (contention.busy_stretch); the factors depend on how busy the workers are, which
-    depends on the factors: a few passes from no stretch."""
+    cores: for monolithic, its per-request part a stall at each arrival
+    (contention.arrival_stalled); the rest a stretch (contention.busy_stretch), whose factors
+    depend on how busy the workers are, which depends on the factors: a few passes from no
+    stretch."""
     from gpuprobe.perf.contention import arrival_stalled, busy_stretch, stretched
     from gpuprobe.perf.simulator import simulate
 
