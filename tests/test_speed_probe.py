@@ -32,6 +32,14 @@ def test_ratio_follows_a_core_that_slowed_down_and_not_the_other():
     assert f == [{"intra.prefill": pytest.approx(1.0), "intra.decode": pytest.approx(1.75)}]
 
 
+def test_several_calibration_passes_are_one_reference_their_mean():
+    rows = np.vstack([_rows(0.0, 10.0, {0: 0.004}), _rows(20.0, 10.0, {0: 0.006}),
+                      _rows(40.0, 10.0, {0: 0.006})])
+    assert ratio(rows, [(0, 10), (40, 50)], (20, 30), (0,)) == pytest.approx(1.2)
+    # a pass the probe did not read is left out of the mean, not counted as zero
+    assert ratio(rows, [(0, 10), (90, 99)], (20, 30), (0,)) == pytest.approx(1.5)
+
+
 def test_too_few_samples_give_no_reading_and_factor_one():
     rows = _rows(0.0, 10.0, {0: 0.004, 1: 0.004})
     assert slowness(rows, (50, 60), (0,)) is None

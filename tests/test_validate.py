@@ -9,7 +9,8 @@ pytest.importorskip("gpuprobe.workloads.replay", reason="replay not available")
 
 
 @pytest.mark.timeout(150)
-def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch):
+@pytest.mark.parametrize("interleave", [False, True], ids=["one-pass", "interleaved"])
+def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, interleave):
     import pickle
 
     import pandas as pd
@@ -23,7 +24,7 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch):
                        "prompt_tokens": raw["ContextTokens"], "output_tokens": raw["GeneratedTokens"]})
     opts = ValidateOptions(layouts=("monolithic", "intra"), limit=16, token_scale=0.05,
                            slo=Slo(1.0, 0.1), time_budget_s=1.0, quiet_wait_s=0.0,  # no waits
-                           replays=2,
+                           replays=2, interleave=interleave,
                            calibration=(("prefill_sizes", (16, 32, 64, 128, 256)), ("reps", 1),
                                         ("decode_batches", (1, 2, 4, 8, 16)), ("decode_prompts", (32,)),
                                         ("decode_tokens", 8)))
@@ -71,6 +72,18 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch):
     r = dump["probes"]["intra"]["replays"][0]
     during = steps[(steps["start_s"] >= r["arrival_s"].min()) & (steps["start_s"] <= r["finish_s"].max())]
     assert set(during["role"]) == {"prefill", "decode"}  # the replay's own steps are there
+    probe = dump["probes"]["intra"]
+    passes, windows = probe["cal_runs"], probe["replay_windows"]
+    if not interleave:  # one pass before the replays, the recheck after them
+        assert len(passes) == 1 and passes[0]["window"][1] <= windows[0][0] <= windows[-1][1]
+        assert windows[-1][1] <= probe["recheck_window"][0]
+        return
+    # a pass after each replay, except one between replays that the budget (1 s here) has
+    # no room for; the pass after the last replay always runs; every pass is in the fit
+    assert len(windows) == 2 and len(passes) == 2  # pass, replay, (skipped), replay, pass
+    assert passes[0]["window"][1] <= windows[0][0] and windows[1][1] <= passes[1]["window"][0]
+    assert len(probe["cal_steps"]) == sum(len(p["steps"]) for p in passes)
+    assert probe["calibrate_windows"] == [p["window"] for p in passes]
 
 
 def _foreign_spinner(seconds: float) -> None:

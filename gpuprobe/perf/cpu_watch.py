@@ -108,7 +108,8 @@ class PhaseGuard:
     used `quiet` cores or more meanwhile, run it once more if the budget allows. Returns the
     foreign load (cores) of the run that was kept. The phase about to run and the
     `phases_left` after it are kept in reserve, each at the mean length of the phases run so
-    far (at least `phase_s`), so waits and repeats spend only what the deadline leaves over.
+    far (`phase_s` before the first), so waits and repeats spend only what the deadline
+    leaves over.
     """
 
     def __init__(self, deadline: float, phases_left: int, phase_s: float = 30.0,
@@ -118,7 +119,18 @@ class PhaseGuard:
         self.took: list[float] = []  # seconds each run of a phase took
 
     def _per_phase_s(self) -> float:
-        return max(self.phase_s, sum(self.took) / len(self.took)) if self.took else self.phase_s
+        """The mean length of the phases run so far (`phase_s` before the first): validate's
+        phases range from a 13 s calibration pass to a 31 s replay, so a floor at the longest
+        would reserve more than the budget holds and leave no room for a wait or a repeat."""
+        return sum(self.took) / len(self.took) if self.took else self.phase_s
+
+    def spare_s(self) -> float:
+        """Seconds the budget holds beyond the next phase and the phases left after it."""
+        return self._spare_s(self._per_phase_s())
+
+    def skip(self) -> None:
+        """One of the phases counted in phases_left will not run."""
+        self.phases_left = max(0, self.phases_left - 1)
 
     def _spare_s(self, next_s: float) -> float:
         """Seconds left over once a run of next_s and the phases left are kept in reserve."""

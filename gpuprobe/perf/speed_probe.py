@@ -113,10 +113,14 @@ def slowness(rows: np.ndarray, window: tuple[float, float], cores: tuple[int, ..
     return float(np.mean(per_core))
 
 
-def ratio(rows: np.ndarray, reference: tuple[float, float], window: tuple[float, float],
+def ratio(rows: np.ndarray, reference, window: tuple[float, float],
           cores: tuple[int, ...]) -> float | None:
-    """Probe time in `window` / in `reference` on `cores`; None without enough samples."""
-    ref, now = slowness(rows, reference, cores), slowness(rows, window, cores)
+    """Probe time in `window` / in `reference` on `cores`; None without enough samples.
+    reference: one (start, end) window, or a list of them (calibration passes), averaged."""
+    refs = [reference] if isinstance(reference, tuple) else list(reference)
+    known = [x for x in (slowness(rows, w, cores) for w in refs) if x is not None]
+    ref = float(np.mean(known)) if known else None
+    now = slowness(rows, window, cores)
     if ref is None or now is None or ref <= 0:
         return None
     return now / ref
@@ -132,11 +136,12 @@ def worker_cores(layout: str, cores: tuple[int, ...], prefill_share: float) -> d
     return {f"{layout}.prefill": pre, f"{layout}.decode": dec}
 
 
-def replay_factors(rows: np.ndarray, calibrate: tuple[float, float] | None,
+def replay_factors(rows: np.ndarray, calibrate,
                    replays: list[tuple[float, float]], workers: dict[str, tuple[int, ...]]
                    ) -> list[dict[str, float]]:
-    """Per replay, {worker: probe slowness in the replay / in the calibration}; 1.0 where the
-    probe had too few readings (the step times are then taken as calibrated)."""
+    """Per replay, {worker: probe slowness in the replay / in the calibration} (calibrate: a
+    window, or a list of them, one per pass); 1.0 where the probe had too few readings (the
+    step times are then taken as calibrated)."""
     out = []
     for window in replays:
         f = {}

@@ -76,6 +76,7 @@ class ValidateOptions:
     time_budget_s: float = 540.0   # waits for a quiet machine and repeats stay within it
     quiet_wait_s: float = 30.0     # longest wait for other processes to quiet down, per phase
     speed_probe: bool = True       # CPU device: correct for the cores' own speed drift
+    interleave: bool = False       # a calibration pass after every replay, all passes pooled
 
 
 def prepare_workload(wl: pd.DataFrame, limit: int, token_scale: float, max_len: int) -> pd.DataFrame:
@@ -161,7 +162,8 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     order = ["monolithic"] + [x for x in opts.layouts if x != "monolithic"]
     probes, capacity, rate = {}, None, None
     say = lambda m: _say(m, progress)
-    guard = PhaseGuard(time.monotonic() + opts.time_budget_s, (2 + opts.replays) * len(order),
+    per_layout = 1 + 2 * opts.replays if opts.interleave else 2 + opts.replays
+    guard = PhaseGuard(time.monotonic() + opts.time_budget_s, per_layout * len(order),
                        max_wait_s=opts.quiet_wait_s, say=say)
     with _log_dir(os.environ.get("GPUPROBE_VALIDATE_LOGS")) as tmp, \
             start_speed_probe(opts, say) as speed_probe:
@@ -174,7 +176,11 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                     rate = _replay_rate(wl, capacity, opts)
                     sched = schedule_frame(wl, rate)
                     say(_rate_line(capacity, rate))
-                if layout in opts.layouts:
+                if layout in opts.layouts and opts.interleave:
+                    for i in range(opts.replays):
+                        probe.replay(sched, guard, 1)
+                        _pass_if_time(probe, guard, last=i == opts.replays - 1, say=say)
+                elif layout in opts.layouts:
                     probe.replay(sched, guard, opts.replays)
                     probe.recheck(guard)
             probes[layout] = probe
@@ -198,7 +204,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     out["front_stretch"] = stretch
     out["front_cpu"] = {k: vars(p.front_cpu) for k, p in probes.items() if p.front_cpu}
     out["speed_drift"] = drift
-    out["recheck"] = {k: p.recheck_ratio for k, p in probes.items() if p.recheck_window}
+    out["recheck"] = {k: p.recheck_ratio for k, p in probes.items() if p.recheck_ratio}
     out["unadjusted"] = _unadjusted(unadjusted, measured, out["tbt_tolerance"])
     busy = {f"{k} {ph}": v for k, p in probes.items() for ph, v in p.foreign_cores.items()
             if v is not None and v >= guard.quiet}
@@ -288,6 +294,17 @@ def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: Validate
         factor = busy_stretch(front, _rate(sim_wl), tokens, busy, pinned=layout != "monolithic")
         res = simulate(sim_wl, stretched(profile, factor), layout, opts.slo, configs, seed)
     return factor, res
+
+
+def _pass_if_time(probe, guard, last: bool, say) -> None:
+    """A calibration pass after a replay; one between two replays is skipped when the time
+    budget has no room for it (the passes so far stay pooled), the one after a layout's last
+    replay always runs (it closes the bracket around the replays)."""
+    if last or guard.spare_s() >= 0:
+        probe.recalibrate(guard)
+        return
+    guard.skip()
+    say(f"{probe.layout}: calibration pass skipped (the time budget has no room for it)")
 
 
 def median_p50_error(rows: list[dict], layout: str) -> float | None:

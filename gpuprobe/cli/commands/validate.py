@@ -88,6 +88,10 @@ def add_arguments(p) -> None:
     p.add_argument("--no-speed-probe", action="store_true",
                    help="do not correct for the CPU cores' own speed drift between calibration "
                         "and replay (a probe process times a tiny engine run on each core)")
+    p.add_argument("--interleave", action="store_true",
+                   help="calibrate each layout again after every replay and fit its profile on "
+                        "all passes pooled (about 2 minutes more at the defaults; see "
+                        "docs/model.md)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--plot", type=html_file, metavar="FILE.html", default=None,
                    help="also write predicted against measured, per layout and metric, as an "
@@ -116,7 +120,8 @@ def _options(args):
                            slo=Slo(args.slo_ttft, args.slo_tbt), prefill_share=args.prefill_share,
                            replays=args.replays, device=args.device,
                            server_opts=(("kv_cache_mb", kv_mb),) if kv_mb else (),
-                           speed_probe=not args.no_speed_probe)
+                           speed_probe=not args.no_speed_probe,
+                           interleave=args.interleave)
 
 
 def _check_model(name: str) -> None:

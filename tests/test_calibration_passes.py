@@ -1,0 +1,47 @@
+"""Calibration passes: each pass's CPU split by its sub-phases, and a time budget that
+reserves the phases still to come at their mean length."""
+import time
+
+import pytest
+
+from gpuprobe.perf.cpu_watch import PhaseGuard
+from gpuprobe.perf.layout_probe import _front_points, _phase_cpu
+
+
+def _rec(prompt: int, tokens: int) -> dict:
+    return {"prompt_tokens": prompt, "token_times": [0.0] * tokens}
+
+
+def _pass():
+    cal = {"prefill": [_rec(16, 1), _rec(32, 1)] * 2,
+           "decode": [(1, 32, [_rec(32, 24)]), (2, 32, [_rec(32, 24)] * 2), (1, 320, [_rec(320, 24)])]}
+    marks = [("start", 0.0), ("prefill sweep 1/2", 1.0), ("prefill sweep 2/2", 1.5),
+             ("decode sweep, prompt 32", 3.0), ("decode sweep, prompt 320", 4.0), ("end", 4.1)]
+    return cal, marks
+
+
+def test_each_sub_phase_gets_its_requests_tokens_and_cpu():
+    cal, marks = _pass()
+    got = _phase_cpu(cal, marks)
+    # the first holds the warm-up request (64 prompt tokens, 4 out); the tail after the last
+    # note goes to the last phase
+    assert [g[:3] for g in got] == [(3, 112, 6), (2, 48, 2), (3, 96, 72), (1, 320, 24)]
+    assert [g[3] for g in got] == pytest.approx([1.0, 0.5, 1.5, 1.1])
+    # the two points the front's CPU is fitted on hold the same totals
+    (r1, t1, c1), (r2, t2, c2) = _front_points(cal, marks)
+    assert (r1, t1, r2, t2) == (5, 8, 4, 96) and (c1, c2) == pytest.approx((1.5, 2.6))
+
+
+def test_missing_cpu_readings_give_no_points():
+    cal, marks = _pass()
+    marks[2] = ("prefill sweep 2/2", None)
+    assert _phase_cpu(cal, marks) == [] and _front_points(cal, marks) == []
+
+
+def test_the_budget_reserves_the_mean_phase_and_a_skipped_phase_frees_its_share():
+    guard = PhaseGuard(time.monotonic() + 100, phases_left=5, phase_s=30, max_wait_s=0)
+    assert guard.spare_s() < 0            # before any phase: 30 s each, 180 s > 100 s
+    guard.took = [10.0, 10.0]             # phases of 10 s so far: 100 - 10 - 5 * 10 = 40 s over
+    assert 35 < guard.spare_s() <= 40
+    guard.skip()
+    assert 45 < guard.spare_s() <= 50
