@@ -145,6 +145,16 @@ class LayoutProbe:
         self.recheck_ratio = {worker_key(self.layout, role): same_shape_ratio(grp, first[first["role"] == role])
                               for role, grp in last.groupby("role")}
 
+    def recalibrate_if_time(self, guard, last: bool) -> None:
+        """A pass after a replay; one between two replays is skipped when the time budget
+        has no room for it (the passes so far stay pooled), the one after a layout's last
+        replay always runs (it closes the bracket around the replays)."""
+        if last or guard.spare_s() >= 0:
+            self.recalibrate(guard)
+            return
+        guard.skip()
+        self.say(f"{self.layout}: calibration pass skipped (the time budget has no room for it)")
+
     def recheck(self, guard=None) -> None:
         """A short second calibration after the replays (recheck.py)."""
         guard = guard or (lambda phase, fn: fn())

@@ -179,7 +179,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                 if layout in opts.layouts and opts.interleave:
                     for i in range(opts.replays):
                         probe.replay(sched, guard, 1)
-                        _pass_if_time(probe, guard, last=i == opts.replays - 1, say=say)
+                        probe.recalibrate_if_time(guard, last=i == opts.replays - 1)
                 elif layout in opts.layouts:
                     probe.replay(sched, guard, opts.replays)
                     probe.recheck(guard)
@@ -294,17 +294,6 @@ def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: Validate
         factor = busy_stretch(front, _rate(sim_wl), tokens, busy, pinned=layout != "monolithic")
         res = simulate(sim_wl, stretched(profile, factor), layout, opts.slo, configs, seed)
     return factor, res
-
-
-def _pass_if_time(probe, guard, last: bool, say) -> None:
-    """A calibration pass after a replay; one between two replays is skipped when the time
-    budget has no room for it (the passes so far stay pooled), the one after a layout's last
-    replay always runs (it closes the bracket around the replays)."""
-    if last or guard.spare_s() >= 0:
-        probe.recalibrate(guard)
-        return
-    guard.skip()
-    say(f"{probe.layout}: calibration pass skipped (the time budget has no room for it)")
 
 
 def median_p50_error(rows: list[dict], layout: str) -> float | None:
