@@ -5,7 +5,7 @@ import time
 import pytest
 
 from gpuprobe.perf.cpu_watch import PhaseGuard
-from gpuprobe.perf.layout_probe import _front_points, _phase_cpu
+from gpuprobe.perf.layout_probe import _front_points, _phase_cpu, _prefill_reps
 
 
 def _rec(prompt: int, tokens: int) -> dict:
@@ -28,14 +28,14 @@ def test_each_sub_phase_gets_its_requests_tokens_and_cpu():
     assert [g[:3] for g in got] == [(3, 112, 6), (2, 48, 2), (3, 96, 72), (1, 320, 24)]
     assert [g[3] for g in got] == pytest.approx([1.0, 0.5, 1.5, 1.1])
     # the two points the front's CPU is fitted on hold the same totals
-    (r1, t1, c1), (r2, t2, c2) = _front_points(cal, marks)
+    (r1, t1, c1), (r2, t2, c2) = _front_points(got, _prefill_reps(marks))
     assert (r1, t1, r2, t2) == (5, 8, 4, 96) and (c1, c2) == pytest.approx((1.5, 2.6))
 
 
 def test_missing_cpu_readings_give_no_points():
     cal, marks = _pass()
     marks[2] = ("prefill sweep 2/2", None)
-    assert _phase_cpu(cal, marks) == [] and _front_points(cal, marks) == []
+    assert _phase_cpu(cal, marks) == [] and _front_points([], _prefill_reps(marks)) == []
 
 
 def test_the_budget_reserves_the_mean_phase_and_a_skipped_phase_frees_its_share():

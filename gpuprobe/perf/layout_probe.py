@@ -94,14 +94,15 @@ class LayoutProbe:
                               **dict(self.opts.calibration))
         marks.append(self._cpu_mark("end"))
         window = (t_start, time.monotonic())
+        phases = _phase_cpu(cal, marks)
         steps, reqs = self._records(cal)
         if steps.empty:
             from gpuprobe.errors import GpuprobeError
             raise GpuprobeError(f"{self.layout}: the server wrote no step records (log: {self.log})")
         first_role = "mixed" if self.layout == "monolithic" else "prefill"
         self.cal_runs.append({"window": window, "steps": steps, "requests": reqs,
-                              "front_points": _front_points(cal, marks),
-                              "phase_cpu": _phase_cpu(cal, marks),
+                              "front_points": _front_points(phases, _prefill_reps(marks)),
+                              "phase_cpu": phases,
                               "overhead_s": front_overhead_s(cal, steps[steps["role"] == first_role])})
         self._fit()
         n = len(self.cal_runs)
@@ -252,17 +253,8 @@ def _no_front_cpu():
     return FrontCpu()
 
 
-def _front_points(cal: dict, marks: list[tuple[str, float | None]]) -> list[tuple[float, float, float]]:
-    """[(requests, tokens, front + client CPU s)] for the prefill sweep and the decode sweep
-    of one pass (contention.fit_front_cpu solves them for per request and per token)."""
-    split = max((i for i, (m, _) in enumerate(marks) if m.startswith("prefill sweep")), default=None)
-    if split is None or any(c is None for _, c in marks):
-        return []
-    pre_tok = sum(len(r["token_times"]) for r in cal["prefill"])
-    dec = [r for _, _, recs in cal["decode"] for r in recs]
-    dec_tok = sum(len(r["token_times"]) for r in dec)
-    return [(len(cal["prefill"]) + 1, pre_tok + 4, marks[split][1] - marks[0][1]),
-            (len(dec), dec_tok, marks[-1][1] - marks[split][1])]
+def _prefill_reps(marks: list[tuple[str, float | None]]) -> int:
+    return max(1, sum(m.startswith("prefill sweep") for m, _ in marks))
 
 
 def _phase_cpu(cal: dict, marks: list[tuple[str, float | None]]) -> list[tuple[int, int, int, float]]:
@@ -271,7 +263,7 @@ def _phase_cpu(cal: dict, marks: list[tuple[str, float | None]]) -> list[tuple[i
     readings. The first holds the warm-up request (64 tokens, 4 out)."""
     if any(c is None for _, c in marks):
         return []
-    groups, reps = [], max(1, sum(m.startswith("prefill sweep") for m, _ in marks))
+    groups, reps = [], _prefill_reps(marks)
     pre = cal["prefill"]
     per = len(pre) // reps
     for i in range(reps):
@@ -289,3 +281,13 @@ def _phase_cpu(cal: dict, marks: list[tuple[str, float | None]]) -> list[tuple[i
         out.append((len(g) + warm, sum(r["prompt_tokens"] for r in g) + 64 * warm,
                     sum(len(r["token_times"]) for r in g) + 4 * warm, float(c)))
     return out
+
+
+def _front_points(phases: list[tuple[int, int, int, float]], reps: int) -> list[tuple[float, float, float]]:
+    """[(requests, output tokens, front + client CPU s)] for the prefill sweep (the first
+    `reps` sub-phases of _phase_cpu) and the decode sweep of one pass; contention.fit_front_cpu
+    solves them for per request and per token."""
+    if not phases or reps >= len(phases):
+        return []
+    return [(float(sum(p[0] for p in part)), float(sum(p[2] for p in part)), sum(p[3] for p in part))
+            for part in (phases[:reps], phases[reps:])]
