@@ -35,9 +35,8 @@ class LayoutProbe:
         self.replays: list[pd.DataFrame] = []  # every replay's, in order
         self.foreign_cores: dict[str, float | None] = {}  # phase -> other tenants' load
         self.front_cpu = None  # contention.FrontCpu, from calibration
-        # monotonic (start, end) of the kept calibration and of each kept replay, so the
-        # speed probe's readings can be matched to them (speed_probe.py)
-        self.calibrate_window: tuple[float, float] | None = None
+        # monotonic (start, end) of each kept replay (and, in cal_runs, of each calibration
+        # pass), so the speed probe's readings can be matched to them (speed_probe.py)
         self.replay_windows: list[tuple[float, float]] = []
         self.recheck_window: tuple[float, float] | None = None
         self.recheck_ratio: dict[str, float | None] = {}  # worker -> steps now / at calibration
@@ -46,7 +45,11 @@ class LayoutProbe:
         self.recheck_steps = pd.DataFrame()  # the recheck's
         # per calibration pass: window, steps, requests, front CPU points, front overhead
         self.cal_runs: list[dict] = []
-        self.calibrate_windows: list[tuple[float, float]] = []
+
+    @property
+    def calibrate_windows(self) -> list[tuple[float, float]]:
+        """Monotonic (start, end) of each kept calibration pass."""
+        return [r["window"] for r in self.cal_runs]
 
     def __enter__(self) -> "LayoutProbe":
         from gpuprobe.server.launch import start_server
@@ -122,8 +125,6 @@ class LayoutProbe:
         reqs = pd.concat([r["requests"] for r in runs], ignore_index=True)
         self.part = from_steps(steps, reqs)
         self.cal_steps, self.cal_requests = steps, reqs
-        self.calibrate_window = runs[0]["window"]
-        self.calibrate_windows = [r["window"] for r in runs]
         points = [p for r in runs for p in r["front_points"]]
         self.front_cpu = fit_front_cpu(points) if points else _no_front_cpu()
         self.overhead_s = float(np.median([r["overhead_s"] for r in runs]))

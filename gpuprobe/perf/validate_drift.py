@@ -20,7 +20,7 @@ def dump_state(sched, probes, speed_probe) -> None:
     if not path:
         return
     keep = ("part", "overhead_s", "kv_bytes_per_token", "num_blocks", "front_cpu", "replays",
-            "calibrate_window", "replay_windows", "foreign_cores", "recheck_window",
+            "replay_windows", "foreign_cores", "recheck_window",
             "recheck_ratio", "cal_steps", "cal_requests", "recheck_steps", "cal_runs",
             "calibrate_windows")
     state = {k: {a: getattr(p, a) for a in keep} for k, p in probes.items()}
@@ -71,5 +71,5 @@ def drift_factors(probe, probes: dict, opts) -> dict[str, list[dict[str, float]]
         if layout in opts.layouts:
             workers = worker_cores(layout, probe.cores, opts.prefill_share)
             out[layout] = [{k: round(v, 4) for k, v in f.items()} for f in
-                           replay_factors(rows, p.calibrate_windows or p.calibrate_window, p.replay_windows, workers)]
+                           replay_factors(rows, p.calibrate_windows, p.replay_windows, workers)]
     return out
