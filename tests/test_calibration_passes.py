@@ -32,6 +32,14 @@ def test_each_sub_phase_gets_its_requests_tokens_and_cpu():
     assert (r1, t1, r2, t2) == (5, 8, 4, 96) and (c1, c2) == pytest.approx((1.5, 2.6))
 
 
+def test_the_idle_probes_cpu_is_no_sub_phase():
+    cal, marks = _pass()
+    # the probes ran from the last decode note to their own note (2 s), a tail after it
+    marks[-1:] = [("idle probes", 6.0), ("end", 6.1)]
+    got = _phase_cpu(cal, marks)
+    assert [g[3] for g in got] == pytest.approx([1.0, 0.5, 1.5, 1.1])  # as without probes
+
+
 def test_missing_cpu_readings_give_no_points():
     cal, marks = _pass()
     marks[2] = ("prefill sweep 2/2", None)

@@ -88,6 +88,12 @@ def test_live_profile_of_tiny_server(tmp_path):
     p = from_client(cal)
     w = p.workers["monolithic"]
     assert w.prefill.n_points == 5 and w.decode.n_points == 3
+    # The idle probes: every sweep size of 64-256 after each gap, twice, all after the sweeps.
+    assert sorted((r["idle_s"], r["prompt_tokens"]) for r in cal["wake"]) == sorted(
+        (g, n) for g in (0.03, 0.1, 0.3) for n in (64, 128, 256) for _ in range(2))
+    assert all(r["status"] == "ok" and r["arrival_s"] > cal["t1_s"] for r in cal["wake"])
+    assert [g for g, _ in w.wake] == [0.03, 0.1, 0.3]
+    assert all(b >= a >= 0 for (_, a), (_, b) in zip(w.wake, w.wake[1:]))
     assert 0 < w.step_fn()(256, 256 ** 2, 0, 0) < 5.0
 
 

@@ -18,6 +18,11 @@ LONG_PREFILLS = (1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 48, 64)  # up to max_num_seqs: no extrapolation
 DECODE_PROMPTS = (32, 320)
 DECODE_TOKENS = 24
+# Idle probes (wake.py): prompts of these sweep sizes, each sent after this many seconds with
+# the server idle, WAKE_REPS rounds: about 3 s a pass.
+WAKE_GAPS = (0.03, 0.1, 0.3)
+WAKE_SIZES = (64, 128, 256)
+WAKE_REPS = 2
 
 
 def prefill_sizes_for(max_prompt: int, max_len: int) -> tuple[int, ...]:
@@ -69,9 +74,12 @@ def _check(recs: list[dict], what: str) -> list[dict]:
 def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=DECODE_BATCHES,
                     decode_prompts=DECODE_PROMPTS, decode_tokens: int = DECODE_TOKENS,
                     reps: int = 4, timeout_s: float = 120.0, progress=None,
-                    vocab: int | None = None) -> dict:
+                    vocab: int | None = None, wake_gaps=WAKE_GAPS, wake_reps: int = WAKE_REPS
+                    ) -> dict:
     """Send the calibration load; returns {'prefill': [rec], 'decode': [(B, L, [rec])],
-    't0_s', 't1_s'} with replay-client records (ttft_s, token_times in s from send).
+    'wake': [rec], 't0_s', 't1_s'} with replay-client records (ttft_s, token_times in s from
+    send). The idle probes ('wake', each with its idle_s) come after t1_s, the end of the
+    sweeps: the step records a fit reads end there, so the probes' slow steps stay out of it.
 
     Raises GpuprobeError when the server cannot be reached or a request fails.
     """
@@ -105,16 +113,27 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
                                               for _ in range(B)))
                 decode.append((B, L, _check(list(recs), f"decode burst B={B}")))
             note(f"decode sweep, prompt {L}")
-        return prefill, decode
+        t_sweeps = time.time()
+        sizes = [n for n in WAKE_SIZES if n in prefill_sizes]
+        wake = []
+        for _ in range(wake_reps if sizes else 0):
+            for gap in wake_gaps:
+                for n in sizes:
+                    await asyncio.sleep(gap)
+                    wake.append(await send_one(session, base + "/v1/completions", body(n, 1),
+                                               {"prompt_tokens": n, "idle_s": gap}))
+        if wake:
+            note("idle probes")
+        return prefill, decode, _check(wake, "idle probes"), t_sweeps
 
     t0 = time.time()
     try:
-        prefill, decode = asyncio.run(_session_run(base, go, timeout_s))
+        prefill, decode, wake, t1 = asyncio.run(_session_run(base, go, timeout_s))
     except GpuprobeError:
         raise
     except Exception as exc:  # connection refused, DNS, timeouts: one line for the user
         raise GpuprobeError(f"cannot profile {base}: {type(exc).__name__}: {exc}") from None
-    return {"prefill": prefill, "decode": decode, "t0_s": t0, "t1_s": time.time()}
+    return {"prefill": prefill, "decode": decode, "wake": wake, "t0_s": t0, "t1_s": t1}
 
 
 def client_prefill_points(cal: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -16,6 +16,7 @@ split layout), because a worker's speed depends on its share of the device:
     every step     + step_overhead_s          scheduling and streaming between forward passes
     each arrival   + arrival_stall_s          on a busy worker's clock (the front's burst of
                                               work per request on its cores; validate sets it)
+                   + wake_s(idle gap)         on an idle one (waking it: wake.py)
 
 times `scale` (a worker derived from another at a smaller share runs slower). A `Profile`
 holds the workers, the KV handoff (latency + bytes / bandwidth, per link kind) and the front
@@ -28,6 +29,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 from gpuprobe.perf.fit import Fit, fixed
+from gpuprobe.perf.wake import wake_fn
 
 PREFILL_TERMS = ("1", "T", "Q")
 BATCHED_PREFILL_TERMS = ("1", "T", "Q", "k")  # + per prompt in the step
@@ -74,6 +76,9 @@ class StepCost:
     # every request that arrives while it is busy. A burst per arrival, not a stretch of every
     # step: most steps meet none, so it moves the mean step and the queue, not the median.
     arrival_stall_s: float = 0.0
+    # Waking the worker: ((idle gap s, extra s), ...) ascending, measured by calibration's
+    # idle probes (wake.py); an input that reaches the idle worker waits wake_fn()(gap) more.
+    wake: tuple[tuple[float, float], ...] = ()
 
     @property
     def noisy(self) -> bool:
@@ -114,6 +119,11 @@ class StepCost:
             return None
         return lambda tokens: (i0 + i1 * tokens) * s
 
+    def wake_fn(self):
+        """(idle gap s) -> seconds an input that finds the worker idle waits for it to wake
+        (times scale); None without a measured wake-up."""
+        return wake_fn(self.wake, self.scale)
+
     def reasons_all(self) -> tuple[str, ...]:
         out = list(self.reasons) + list(self.prefill.reasons) + list(self.decode.reasons)
         if self.mixed_source == "default":
@@ -129,7 +139,7 @@ class StepCost:
                 "recv_s": self.recv_s, "recv_per_token_s": self.recv_per_token_s,
                 "decode_attention": self.decode_attention,
                 "prefill_noise": list(self.prefill_noise), "decode_noise": list(self.decode_noise),
-                "arrival_stall_s": self.arrival_stall_s}
+                "arrival_stall_s": self.arrival_stall_s, "wake": [list(p) for p in self.wake]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepCost":
@@ -150,7 +160,8 @@ class StepCost:
                    decode_attention=attention,
                    prefill_noise=_noise(d.get("prefill_noise", ())),
                    decode_noise=_noise(d.get("decode_noise", ())),
-                   arrival_stall_s=float(d.get("arrival_stall_s", 0.0)))
+                   arrival_stall_s=float(d.get("arrival_stall_s", 0.0)),
+                   wake=_wake(d.get("wake", ())))
 
 
 def _noise(values) -> tuple[float, ...]:
@@ -159,6 +170,15 @@ def _noise(values) -> tuple[float, ...]:
     if any(not (v > 0 and v < float("inf")) for v in q) or list(q) != sorted(q):
         raise ValueError("step noise quantiles must be positive, finite and ascending")
     return q
+
+
+def _wake(points) -> tuple[tuple[float, float], ...]:
+    """A profile's wake-up curve: (gap, seconds) pairs, gaps ascending and > 0, seconds >= 0."""
+    out = tuple((float(g), float(w)) for g, w in points)
+    gaps = [g for g, _ in out]
+    if any(not (g > 0 and w >= 0 and w < float("inf")) for g, w in out) or gaps != sorted(set(gaps)):
+        raise ValueError("wake must be (gap, seconds) pairs with gaps > 0 ascending, seconds >= 0")
+    return out
 
 
 @dataclass(frozen=True)

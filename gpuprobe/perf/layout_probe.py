@@ -86,6 +86,7 @@ class LayoutProbe:
         """One calibration pass; the profile is fitted on every pass so far (_fit)."""
         from gpuprobe.perf.calibrate import run_calibration
         from gpuprobe.perf.profile import front_overhead_s
+        from gpuprobe.perf.wake import wake_samples
 
         marks = [self._cpu_mark("start")]
         t_start = time.monotonic()
@@ -105,7 +106,7 @@ class LayoutProbe:
         first_role = "mixed" if self.layout == "monolithic" else "prefill"
         self.cal_runs.append({"window": window, "steps": steps, "requests": reqs,
                               "front_points": _front_points(phases, _prefill_reps(marks)),
-                              "phase_cpu": phases,
+                              "phase_cpu": phases, "wake": wake_samples(cal),
                               "overhead_s": front_overhead_s(cal, steps[steps["role"] == first_role])})
         self._fit()
         n = len(self.cal_runs)
@@ -124,6 +125,7 @@ class LayoutProbe:
         steps = pd.concat([r["steps"] for r in runs], ignore_index=True)
         reqs = pd.concat([r["requests"] for r in runs], ignore_index=True)
         self.part = from_steps(steps, reqs)
+        self._fit_wake()
         self.cal_steps, self.cal_requests = steps, reqs
         points = [p for r in runs for p in r["front_points"]]
         self.front_cpu = fit_front_cpu(points) if points else _no_front_cpu()
@@ -133,6 +135,19 @@ class LayoutProbe:
         kv = reqs.dropna(subset=["kv_handoff_bytes"]) if "kv_handoff_bytes" in reqs else reqs.iloc[:0]
         if len(kv):
             self.kv_bytes_per_token = int((kv["kv_handoff_bytes"] / kv["prompt_tokens"]).median())
+
+    def _fit_wake(self) -> None:
+        """The idle probes of every pass, pooled, as the wake-up of the worker that makes the
+        first tokens (the monolithic or the prefill worker)."""
+        from dataclasses import replace
+
+        from gpuprobe.perf.profile import worker_key
+        from gpuprobe.perf.wake import fit_wake
+
+        key = worker_key(self.layout, "mixed" if self.layout == "monolithic" else "prefill")
+        wake = fit_wake([s for r in self.cal_runs for s in r.get("wake", ())])
+        if key in self.part["workers"] and wake:
+            self.part["workers"][key] = replace(self.part["workers"][key], wake=wake)
 
     def recalibrate(self, guard=None) -> None:
         """Another calibration pass, pooled with the ones before (_fit); after it, the first
@@ -186,6 +201,8 @@ class LayoutProbe:
         with Store.open(self.db, read_only=True) as store:
             steps = store.steps(since_s=cal["t0_s"])
             reqs = store.requests(source="server", since_s=cal["t0_s"])
+        if "arrival_s" in reqs:  # the idle probes after t1_s are no part of the fit
+            reqs = reqs[reqs["arrival_s"] <= cal["t1_s"]]
         return steps[steps["start_s"] <= cal["t1_s"]], reqs
 
     def _cpu_mark(self, label: str) -> tuple[str, float | None]:
@@ -271,7 +288,8 @@ def _phase_cpu(cal: dict, marks: list[tuple[str, float | None]]) -> list[tuple[i
         groups.append(pre[i * per:(i + 1) * per])
     for L in dict.fromkeys(L for _, L, _ in cal["decode"]):
         groups.append([r for _, LL, recs in cal["decode"] if LL == L for r in recs])
-    cpu = [b - a for (_, a), (_, b) in zip(marks, marks[1:])]
+    # Each interval's CPU, by the mark that ends it; the idle probes' own is no sub-phase.
+    cpu = [b - a for (_, a), (label, b) in zip(marks, marks[1:]) if label != "idle probes"]
     if len(cpu) == len(groups) + 1:  # the tail after the last note, into the last phase
         cpu = cpu[:-2] + [cpu[-2] + cpu[-1]]
     if len(cpu) != len(groups):

@@ -21,6 +21,7 @@ from gpuprobe.perf.costmodel import (DECODE_TERMS, PREFILL_TERMS, Overhead, Prof
                                      kv_link_defaults)
 from gpuprobe.perf.fit import least_squares
 from gpuprobe.perf.profile_fit import fit_link, fit_worker, recv_fit
+from gpuprobe.perf.wake import fit_wake, wake_samples
 
 
 def worker_key(layout: str, role: str) -> str:
@@ -37,6 +38,8 @@ def from_client(cal: dict, layout: str = "monolithic") -> Profile:
     cost = StepCost(prefill=prefill, decode=decode)
     workers = {worker_key(layout, r): cost for r in (("mixed",) if layout == "monolithic"
                                                      else ("prefill", "decode"))}
+    first = worker_key(layout, "mixed" if layout == "monolithic" else "prefill")
+    workers[first] = replace(cost, wake=fit_wake(wake_samples(cal)))  # makes the first tokens
     # Front end folded into the prefill intercept: measured, just not separable.
     return Profile(workers=workers, overhead=Overhead(source="folded into prefill intercept"),
                    name=f"client-{layout}", meta={"source": "client", "layout": layout})

@@ -21,7 +21,7 @@ import pandas as pd
 # time per prefill size,
 # then concurrent decode bursts (the split layouts' decode worker only sees these).
 RECHECK = {"prefill_sizes": (32, 128, 512), "decode_batches": (1, 8, 32), "decode_prompts": (32,),
-           "decode_tokens": 12, "reps": 1}
+           "decode_tokens": 12, "reps": 1, "wake_gaps": ()}
 MIN_STEPS = 5
 RATIO_RANGE = (0.5, 2.0)
 

@@ -67,6 +67,9 @@ class SimEngine:
         self._plain = cost.step_overhead_s == 0 and cost.scale == 1
         self._import = cost.import_fn() if config.role == "decode" else None
         self._stall = cost.arrival_stall_s if config.role != "decode" else 0.0
+        # Waking from idle (calibration's idle probes time it through a request's first token,
+        # which a decode worker does not make): charged when work finds the worker idle.
+        self._wake = cost.wake_fn() if config.role != "decode" else None
         # The decode term's C: the sum of the contexts, or B * the longest (a padded call).
         self._padded = cost.decode_attention == "padded"
         self.sched._decode_run.track_max = self._padded
@@ -112,7 +115,8 @@ class SimEngine:
         m_seqs, m_ctx = self.macro_seqs.append, self.macro_ctx.append
         m_chain, chain_end = self.chain_starts.append, NO_INPUT
         ready = [*ready_s, NO_INPUT]  # NO_INPUT ends the feeding loop without an index check
-        stall = self._stall
+        stall, wake = self._stall, self._wake
+        idle_from = -INF if wake is not None else None  # idle since (clock); None: busy
         # The front's burst of work at each arrival: a moment like an input's, without one.
         stalls = [*arrive_s, INF] if stall and arrive_s is not None else [INF]
         js = 0
@@ -148,7 +152,13 @@ class SimEngine:
             if not (waiting or running):
                 if i >= n:
                     break
+                if wake is not None and idle_from is None:
+                    idle_from = t
                 t = max(t, next_s)
+                continue
+            if idle_from is not None:  # work has found the worker idle: it wakes first,
+                t += wake(t - idle_from)  # then takes what came meanwhile too (a delay, not
+                idle_from = None          # work: not in busy_s, which sets the front's stretch)
                 continue
             if plan is not None and not waiting:  # (a waiting prompt: no uniform step next)
                 k, C = plan(TOKEN)

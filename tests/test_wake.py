@@ -1,0 +1,81 @@
+"""The wake-up of an idle worker: fitted from idle probes, charged by the simulator only when
+work finds the worker idle, kept in the profile's JSON."""
+from dataclasses import replace
+
+import pytest
+
+from gpuprobe.perf.costmodel import Profile, StepCost, simple_worker
+from gpuprobe.perf.simulator import simulate
+from gpuprobe.perf.wake import fit_wake, wake_fn, wake_samples
+
+import pandas as pd
+
+
+def _rec(n, ttft, **kw):
+    return {"prompt_tokens": n, "ttft_s": ttft, "status": "ok", **kw}
+
+
+def test_samples_are_the_excess_over_the_same_size_back_to_back():
+    cal = {"prefill": [_rec(64, 0.010), _rec(64, 0.012), _rec(64, 0.011), _rec(128, 0.020)],
+           "wake": [_rec(64, 0.013, idle_s=0.1), _rec(128, 0.021, idle_s=0.3),
+                    _rec(256, 0.050, idle_s=0.3),   # no back-to-back 256: left out
+                    {**_rec(64, 0.5, idle_s=0.1), "status": "http_500"}]}
+    got = wake_samples(cal)
+    assert got == [(0.1, pytest.approx(0.002)), (0.3, pytest.approx(0.001))]
+    assert wake_samples({"prefill": cal["prefill"]}) == []  # an old calibration: no probes
+
+
+def test_fit_takes_medians_clips_at_zero_and_pools_where_it_would_fall_with_the_gap():
+    samples = [(0.03, -0.001), (0.03, -0.002), (0.1, 0.003), (0.1, 0.001), (0.1, 0.002),
+               (0.3, 0.001), (0.3, 0.0015)]
+    # 0.1 s alone: 2 ms, 0.3 s: 1.25 ms; pooled, the five samples' median (not the 2 ms a
+    # running maximum would carry on)
+    assert fit_wake(samples) == ((0.03, 0.0), (0.1, 0.0015), (0.3, 0.0015))
+    rising = [(0.03, 0.0), (0.1, 0.001), (0.3, 0.004)]
+    assert fit_wake(rising) == tuple(rising)
+    assert fit_wake([]) == ()
+
+
+def test_wake_fn_is_linear_from_zero_and_flat_after_the_last_gap():
+    f = wake_fn(((0.1, 0.002), (0.3, 0.004)), scale=2.0)
+    assert f(0.0) == 0.0 and f(-1.0) == 0.0
+    assert f(0.05) == pytest.approx(0.002)     # half of 0.002, times 2
+    assert f(0.2) == pytest.approx(0.006)
+    assert f(10.0) == pytest.approx(0.008) and f(float("inf")) == pytest.approx(0.008)
+    assert wake_fn(()) is None and wake_fn(((0.1, 0.0),)) is None
+
+
+def _wl(rows):
+    return pd.DataFrame(rows, columns=["arrival_s", "prompt_tokens", "output_tokens"])
+
+
+def test_an_input_that_finds_the_worker_idle_waits_for_it_to_wake_and_one_that_finds_it_busy_not():
+    base = simple_worker(0.01, 1e-4, 1e-8, 0.005, 1e-3, 1e-6)
+    wake = ((0.1, 0.004), (1.0, 0.02))
+    prof = lambda w: Profile(workers={"monolithic": w, "intra.prefill": w, "intra.decode": base,
+                                      "cross.prefill": w, "cross.decode": base})
+    # 0: the first input (idle since ever: the last point); 1: arrives while 0 decodes;
+    # 2: some 0.4 s after the engine went idle.
+    wl = _wl([(0.0, 16, 100), (0.2, 16, 2), (1.0, 16, 2)])
+    a = simulate(wl, prof(base), "monolithic").requests
+    b = simulate(wl, prof(replace(base, wake=wake)), "monolithic").requests
+    d = (b["ttft_s"] - a["ttft_s"]).tolist()
+    assert d[0] == pytest.approx(0.02)
+    # The same timeline as the first input arriving when its wake ended: no wake of its own.
+    late = simulate(_wl([(0.02, 16, 100), (0.2, 16, 2), (1.0, 16, 2)]), prof(base),
+                    "monolithic").requests
+    assert b["ttft_s"][1] == pytest.approx(late["ttft_s"][1], abs=1e-12)
+    idle = 1.0 - (wl["arrival_s"] + b["e2e_s"])[:2].max()  # since the engine's last step
+    assert 0.1 < idle < 1.0
+    assert d[2] == pytest.approx(0.004 + (0.02 - 0.004) * (idle - 0.1) / 0.9, rel=1e-3)
+    # The split layouts charge the prefill worker's; the decode worker never wakes.
+    assert simulate(wl, prof(replace(base, wake=wake)), "intra").requests["ttft_s"][0] == \
+        pytest.approx(simulate(wl, prof(base), "intra").requests["ttft_s"][0] + 0.02)
+
+
+def test_the_wake_survives_the_profile_json_and_a_bad_one_is_refused():
+    w = replace(simple_worker(0.01, 1e-4, 0, 0.005, 1e-3, 0), wake=((0.03, 0.0), (0.3, 0.002)))
+    assert StepCost.from_dict(w.to_dict()).wake == w.wake
+    for bad in ([[0.3, 0.002], [0.1, 0.001]], [[0.0, 0.001]], [[0.1, -0.001]]):
+        with pytest.raises(ValueError, match="wake"):
+            StepCost.from_dict({**w.to_dict(), "wake": bad})
