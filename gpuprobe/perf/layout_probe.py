@@ -85,7 +85,7 @@ class LayoutProbe:
     def _calibrate(self) -> None:
         """One calibration pass; the profile is fitted on every pass so far (_fit)."""
         from gpuprobe.perf.calibrate import run_calibration
-        from gpuprobe.perf.profile import front_overhead_s
+        from gpuprobe.perf.profile import first_token_role, front_overhead_s
         from gpuprobe.perf.wake import wake_samples
 
         marks = [self._cpu_mark("start")]
@@ -103,7 +103,7 @@ class LayoutProbe:
         if steps.empty:
             from gpuprobe.errors import GpuprobeError
             raise GpuprobeError(f"{self.layout}: the server wrote no step records (log: {self.log})")
-        first_role = "mixed" if self.layout == "monolithic" else "prefill"
+        first_role = first_token_role(self.layout)
         self.cal_runs.append({"window": window, "steps": steps, "requests": reqs,
                               "front_points": _front_points(phases, _prefill_reps(marks)),
                               "phase_cpu": phases, "wake": wake_samples(cal),
@@ -141,10 +141,10 @@ class LayoutProbe:
         first tokens (the monolithic or the prefill worker)."""
         from dataclasses import replace
 
-        from gpuprobe.perf.profile import worker_key
+        from gpuprobe.perf.profile import first_token_role, worker_key
         from gpuprobe.perf.wake import fit_wake
 
-        key = worker_key(self.layout, "mixed" if self.layout == "monolithic" else "prefill")
+        key = worker_key(self.layout, first_token_role(self.layout))
         wake = fit_wake([s for r in self.cal_runs for s in r.get("wake", ())])
         if key in self.part["workers"] and wake:
             self.part["workers"][key] = replace(self.part["workers"][key], wake=wake)

@@ -28,6 +28,11 @@ def worker_key(layout: str, role: str) -> str:
     return "monolithic" if layout == "monolithic" or role == "mixed" else f"{layout}.{role}"
 
 
+def first_token_role(layout: str) -> str:
+    """The role whose worker makes a layout's first tokens: 'mixed' or 'prefill'."""
+    return "mixed" if layout == "monolithic" else "prefill"
+
+
 def from_client(cal: dict, layout: str = "monolithic") -> Profile:
     """Profile of one layout from client-side timings only (see module docstring)."""
     T, ttft = client_prefill_points(cal)
@@ -38,7 +43,7 @@ def from_client(cal: dict, layout: str = "monolithic") -> Profile:
     cost = StepCost(prefill=prefill, decode=decode)
     workers = {worker_key(layout, r): cost for r in (("mixed",) if layout == "monolithic"
                                                      else ("prefill", "decode"))}
-    first = worker_key(layout, "mixed" if layout == "monolithic" else "prefill")
+    first = worker_key(layout, first_token_role(layout))
     workers[first] = replace(cost, wake=fit_wake(wake_samples(cal)))  # makes the first tokens
     # Front end folded into the prefill intercept: measured, just not separable.
     return Profile(workers=workers, overhead=Overhead(source="folded into prefill intercept"),

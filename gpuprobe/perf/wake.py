@@ -10,8 +10,8 @@ drop while idle do the same.
 Calibration sends a few prompts of sweep sizes after paused gaps (calibrate.WAKE_GAPS); each
 one's excess is its client TTFT less the median TTFT of the same size in the same pass's
 back-to-back sweep. The curve is the median excess per gap, pooled where it would fall with
-the gap and at least 0, with (0, 0) before it: the simulator charges wake_s(idle gap) when an input reaches
-an idle worker (StepCost.wake).
+the gap and at least 0, with (0, 0) before it: the simulator charges wake_s(idle gap) when an
+input reaches an idle worker (StepCost.wake).
 """
 from __future__ import annotations
 
