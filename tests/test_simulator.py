@@ -45,6 +45,25 @@ def test_split_layout_adds_the_handoff():
     assert r["tbt_max_s"] == pytest.approx(max(first_gap, D0 + D1 + D2 * 102))
 
 
+def test_handoffs_draw_from_the_links_spread_for_a_seed():
+    from dataclasses import replace
+
+    wl = _wl([(0.5 * i, 100, 3) for i in range(40)])  # one at a time: first gap = handoff + step
+    base = _profile()
+    spread = tuple(np.linspace(0.5, 3.0, 100))
+    prof = replace(base, links={**base.links, "cross": Link(0.002, 1e9, "measured", spread)})
+    on_line = simulate(wl, base, "cross").requests["tbt_max_s"].to_numpy()
+    drawn = simulate(wl, prof, "cross", seed=1).requests["tbt_max_s"].to_numpy()
+    handoff = 0.002 + 100 * 1000 / 1e9
+    assert np.ptp(on_line) < 1e-9
+    extra = drawn - on_line  # the draw times the handoff, less the handoff
+    assert extra.min() >= handoff * (0.5 - 1) - 1e-9 and extra.max() <= handoff * (3.0 - 1) + 1e-9
+    assert np.ptp(extra) > handoff  # they differ, over much of the spread
+    again = simulate(wl, prof, "cross", seed=1).requests["tbt_max_s"].to_numpy()
+    assert np.array_equal(drawn, again)
+    assert np.allclose(simulate(wl, prof, "cross", seed=None).requests["tbt_max_s"], on_line)
+
+
 def test_long_prefill_interferes_in_monolithic_not_intra():
     wl = _wl([(0.0, 16, 200), (0.1, 1500, 2)])
     mono = simulate(wl, _profile(), "monolithic").requests.iloc[0]

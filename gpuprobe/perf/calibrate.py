@@ -19,10 +19,13 @@ DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 48, 64)  # up to max_num_seqs: no extrapol
 DECODE_PROMPTS = (32, 320)
 DECODE_TOKENS = 24
 # Idle probes (wake.py): prompts of these sweep sizes, each sent after this many seconds with
-# the server idle, WAKE_REPS rounds: about 3 s a pass.
+# the server idle, WAKE_REPS rounds: about 3 s a pass. Each asks for WAKE_TOKENS tokens: the
+# second makes a split layout hand the probe's KV over with nothing else in flight, the lone
+# handoffs the link is fitted on (profile_fit.fit_link).
 WAKE_GAPS = (0.03, 0.1, 0.3)
 WAKE_SIZES = (64, 128, 256)
 WAKE_REPS = 2
+WAKE_TOKENS = 2
 
 
 def prefill_sizes_for(max_prompt: int, max_len: int) -> tuple[int, ...]:
@@ -120,7 +123,8 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
             for gap in wake_gaps:
                 for n in sizes:
                     await asyncio.sleep(gap)
-                    wake.append(await send_one(session, base + "/v1/completions", body(n, 1),
+                    wake.append(await send_one(session, base + "/v1/completions",
+                                               body(n, WAKE_TOKENS),
                                                {"prompt_tokens": n, "idle_s": gap}))
         if wake:
             note("idle probes")

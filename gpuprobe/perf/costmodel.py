@@ -183,14 +183,29 @@ def _wake(points) -> tuple[tuple[float, float], ...]:
 
 @dataclass(frozen=True)
 class Link:
-    """KV handoff over one link: seconds = latency_s + bytes / bytes_per_s."""
+    """KV handoff over one link: seconds = latency_s + bytes / bytes_per_s.
+
+    spread: NOISE_QUANTILES quantiles of how far lone handoffs (nothing else in flight) fell
+    from that line, as measured / fitted; the simulator multiplies each handoff by a seeded
+    draw from them. Empty: every handoff on the line.
+    """
 
     latency_s: float
     bytes_per_s: float
     source: str = "default"
+    spread: tuple[float, ...] = ()
 
     def seconds(self, num_bytes: float) -> float:
         return self.latency_s + num_bytes / self.bytes_per_s
+
+    def to_dict(self) -> dict:
+        return {"latency_s": self.latency_s, "bytes_per_s": self.bytes_per_s,
+                "source": self.source, "spread": list(self.spread)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Link":
+        return cls(float(d["latency_s"]), float(d["bytes_per_s"]), str(d.get("source", "default")),
+                   _noise(d.get("spread", ())))
 
 
 @dataclass(frozen=True)
@@ -260,13 +275,14 @@ class Profile:
         return {"version": 1, "name": self.name, "kv_bytes_per_token": self.kv_bytes_per_token,
                 "share_alpha": self.share_alpha, "prefill_share": self.prefill_share,
                 "workers": {k: w.to_dict() for k, w in self.workers.items()},
-                "links": {k: vars(v) for k, v in self.links.items()},
+                "links": {k: v.to_dict() for k, v in self.links.items()},
                 "overhead": vars(self.overhead), "meta": self.meta}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
         return cls(workers={k: StepCost.from_dict(w) for k, w in d["workers"].items()},
-                   links={k: Link(**v) for k, v in d.get("links", {}).items()} or kv_link_defaults(),
+                   links={k: Link.from_dict(v) for k, v in d.get("links", {}).items()}
+                   or kv_link_defaults(),
                    overhead=Overhead(**d.get("overhead", {})),
                    kv_bytes_per_token=int(d.get("kv_bytes_per_token", 0)),
                    share_alpha=float(d.get("share_alpha", 1.0)),

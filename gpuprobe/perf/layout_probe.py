@@ -99,12 +99,13 @@ class LayoutProbe:
         marks.append(self._cpu_mark("end"))
         window = (t_start, time.monotonic())
         phases = _phase_cpu(cal, marks)
-        steps, reqs = self._records(cal)
+        steps, reqs, probes = self._records(cal)
         if steps.empty:
             from gpuprobe.errors import GpuprobeError
             raise GpuprobeError(f"{self.layout}: the server wrote no step records (log: {self.log})")
         first_role = first_token_role(self.layout)
         self.cal_runs.append({"window": window, "steps": steps, "requests": reqs,
+                              "probe_requests": probes,
                               "front_points": _front_points(phases, _prefill_reps(marks)),
                               "phase_cpu": phases, "wake": wake_samples(cal),
                               "overhead_s": front_overhead_s(cal, steps[steps["role"] == first_role])})
@@ -124,7 +125,9 @@ class LayoutProbe:
         runs = self.cal_runs
         steps = pd.concat([r["steps"] for r in runs], ignore_index=True)
         reqs = pd.concat([r["requests"] for r in runs], ignore_index=True)
-        self.part = from_steps(steps, reqs)
+        handoffs = pd.concat([reqs] + [r["probe_requests"] for r in runs if "probe_requests" in r],
+                             ignore_index=True)
+        self.part = from_steps(steps, reqs, link_requests=handoffs)
         self._fit_wake()
         self.cal_steps, self.cal_requests = steps, reqs
         points = [p for r in runs for p in r["front_points"]]
@@ -185,7 +188,7 @@ class LayoutProbe:
         t_start = time.monotonic()
         cal = run_calibration(self.handle.url, vocab=self.vocab, **RECHECK)
         self.recheck_window = (t_start, time.monotonic())
-        steps, _ = self._records(cal)
+        steps, _, _ = self._records(cal)
         self.recheck_steps, self.recheck_ratio = steps, {}
         for role, grp in steps.groupby("role"):
             before = self.cal_steps[self.cal_steps["role"] == role]
@@ -193,17 +196,18 @@ class LayoutProbe:
         shown = ", ".join(f"{k} {v:.2f}" for k, v in self.recheck_ratio.items() if v is not None)
         self.say(f"{self.layout}: recheck, step time / calibration's, same shapes: {shown or '-'}")
 
-    def _records(self, cal: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """(steps, server requests) the server stored during calibration run `cal`."""
+    def _records(self, cal: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """(steps, server requests, idle probes' server requests) the server stored during
+        calibration run `cal`. The probes come after t1_s: their slow, lone steps are no part
+        of the step fits, their lone handoffs are what the link is fitted on."""
         from gpuprobe.store import Store
 
         time.sleep(FLUSH_WAIT_S)
         with Store.open(self.db, read_only=True) as store:
             steps = store.steps(since_s=cal["t0_s"])
             reqs = store.requests(source="server", since_s=cal["t0_s"])
-        if "arrival_s" in reqs:  # the idle probes after t1_s are no part of the fit
-            reqs = reqs[reqs["arrival_s"] <= cal["t1_s"]]
-        return steps[steps["start_s"] <= cal["t1_s"]], reqs
+        late = reqs["arrival_s"] > cal["t1_s"] if "arrival_s" in reqs else np.zeros(len(reqs), bool)
+        return steps[steps["start_s"] <= cal["t1_s"]], reqs[~late], reqs[late]
 
     def _cpu_mark(self, label: str) -> tuple[str, float | None]:
         """(label, CPU s of the front process + this client process so far)."""

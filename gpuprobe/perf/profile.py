@@ -51,10 +51,11 @@ def from_client(cal: dict, layout: str = "monolithic") -> Profile:
 
 
 def from_steps(steps: pd.DataFrame, requests: pd.DataFrame | None = None,
-               threads: dict | None = None) -> dict:
+               threads: dict | None = None, link_requests: pd.DataFrame | None = None) -> dict:
     """{'workers': {key: StepCost}, 'links': {layout: Link}} from step (and server request) rows.
 
-    steps need layout and role columns; one worker per (layout, role).
+    steps need layout and role columns; one worker per (layout, role). link_requests: the rows
+    the links are fitted on, when they are more than `requests` (calibration's idle probes).
     """
     if steps.empty:
         raise UserError("no step records to fit (did the server write to this store?)")
@@ -62,16 +63,20 @@ def from_steps(steps: pd.DataFrame, requests: pd.DataFrame | None = None,
     for (layout, role), grp in steps.groupby(["layout", "role"], dropna=False):
         key = worker_key(str(layout), str(role))
         workers[key] = fit_worker(grp, key, (threads or {}).get(key), requests)
-    links = {}
     if requests is not None and len(requests) and "layout" in requests.columns:
-        for layout in ("intra", "cross"):
-            link = fit_link(requests[requests["layout"] == layout])
-            if link is not None:
-                links[layout] = link
         if "cross.decode" in workers:
             r0, r1 = recv_fit(requests[requests["layout"] == "cross"])
             workers["cross.decode"] = replace(workers["cross.decode"], recv_s=r0,
                                               recv_per_token_s=r1)
+    links = {}
+    handoffs = requests if link_requests is None else link_requests
+    if handoffs is not None and len(handoffs) and "layout" in handoffs.columns:
+        for layout in ("intra", "cross"):
+            dec = workers.get(f"{layout}.decode")  # its admission is charged apart (fit_link)
+            link = fit_link(handoffs[handoffs["layout"] == layout],
+                            admit=dec.import_fn() if dec is not None else None)
+            if link is not None:
+                links[layout] = link
     return {"workers": workers, "links": links}
 
 

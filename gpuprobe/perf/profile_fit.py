@@ -289,18 +289,27 @@ def step_gap_s(steps: pd.DataFrame) -> float:
 
 
 HANDOFF_QUANTILE = 10  # percent; see fit_link
+MIN_LONE_HANDOFFS = 6  # lone handoffs needed to fit the link on them alone
 
 
-def fit_link(requests: pd.DataFrame, source: str = "measured") -> Link | None:
-    """latency + bytes / bandwidth from requests with kv_handoff_s and kv_handoff_bytes.
+def fit_link(requests: pd.DataFrame, source: str = "measured", admit=None) -> Link | None:
+    """latency + bytes / bandwidth (and the spread about it) from requests with kv_handoff_s
+    and kv_handoff_bytes. admit: the decode worker's StepCost.import_fn(), (prompt tokens) ->
+    seconds of import and receive.
 
-    The recorded handoff time runs from the prefill worker's send to the decode worker's
-    import, so it also holds the wait behind other handoffs and behind the decode worker's
-    running step, which the simulator models itself (the decode worker admits handed-off
-    requests at step boundaries and pays their import there). Measured in a calibration
-    (intra, tiny model): 64 KiB handoffs took 5.6 / 22 / 57 ms at p10 / p50 / p90 and 640 KiB
-    ones 3.5 / 7.5 / 12 ms: the smaller ones came in bursts of up to 64. So the link is fitted
-    to the 10th percentile per size (half-octave bins of bytes): the uncontended transfer.
+    The recorded handoff time runs from the prefill worker's send to the end of the decode
+    worker's import, so it holds that import (and a cross worker's receive), which the
+    simulator charges at admission (admit: taken off each handoff, at least a tenth of it
+    left), and the wait behind other handoffs and behind the decode worker's running step,
+    which the simulator models itself (the decode worker admits handed-off requests at step
+    boundaries). So the link is fitted to lone
+    handoffs, made with nothing else in flight (lone_handoffs: calibration's idle probes and
+    single-stream bursts): the median per size (half-octave bins of bytes), and the spread as
+    quantiles of each lone handoff over the line. Measured (intra, tiny model): lone handoffs
+    took 3.1-3.7 ms where the 10th percentile of all of a calibration's, mostly queued in
+    bursts of up to 64, was 6-8 ms. With fewer than MIN_LONE_HANDOFFS lone ones (a store
+    from a loaded server) the link is fitted to the 10th percentile per size of all of them,
+    the least queued, and has no spread.
     """
     if "kv_handoff_s" not in requests.columns:
         return None
@@ -308,16 +317,59 @@ def fit_link(requests: pd.DataFrame, source: str = "measured") -> Link | None:
     r = r[r["kv_handoff_bytes"] > 0]
     if len(r) < 3:
         return None
+    if admit is not None and "prompt_tokens" in r.columns:
+        h = r["kv_handoff_s"].to_numpy(float)
+        own = np.array([admit(n) for n in r["prompt_tokens"].fillna(0).to_numpy(float)])
+        r = r.assign(kv_handoff_s=np.maximum(h - own, 0.1 * h))
+    lone = r[lone_handoffs(r, requests)]
+    if len(lone) >= MIN_LONE_HANDOFFS:
+        link = _link_line(lone, 50, source, min_bin=1)
+        ratio = lone["kv_handoff_s"].to_numpy(float) / np.array(
+            [link.seconds(b) for b in lone["kv_handoff_bytes"].to_numpy(float)])
+        ratio = ratio[np.isfinite(ratio) & (ratio > 0)]
+        if len(ratio) >= MIN_LONE_HANDOFFS:
+            q = np.quantile(ratio, (np.arange(NOISE_QUANTILES) + 0.5) / NOISE_QUANTILES)
+            link = replace(link, spread=tuple(float(v) for v in np.maximum.accumulate(q)))
+        return link
+    return _link_line(r, HANDOFF_QUANTILE, source, min_bin=3 if len(r) >= 9 else 1)
+
+
+def _link_line(r: pd.DataFrame, pct: float, source: str, min_bin: int) -> Link:
+    """The line through the pct-th percentile handoff time of each half-octave bin of bytes
+    (bins with at least min_bin handoffs); flat where sizes do not spread or it would fall."""
     size_bin = np.round(2 * np.log2(r["kv_handoff_bytes"].to_numpy(float)))
     xs, ys = [], []
     for b in np.unique(size_bin):
         g = r[size_bin == b]
-        if len(g) >= 3 or len(r) < 9:
+        if len(g) >= min_bin:
             xs.append(float(g["kv_handoff_bytes"].median()))
-            ys.append(float(np.percentile(g["kv_handoff_s"], HANDOFF_QUANTILE)))
+            ys.append(float(np.percentile(g["kv_handoff_s"], pct)))
     x, y = np.array(xs), np.array(ys)
     if len(x) < 2 or np.ptp(x) <= 0:
         return Link(float(np.min(y)) if len(y) else float(r["kv_handoff_s"].min()), 1e12, source)
     fit = least_squares(np.c_[np.ones(len(x)), x], y, ("1", "bytes"), x, "handoff")
     lat, per_byte = fit.coef
-    return Link(lat, 1.0 / per_byte if per_byte > 0 else 1e12, source)
+    if per_byte <= 0 or lat < 0:  # no growth with size seen (or a line below 0): flat
+        return Link(float(np.median(y)), 1e12, source)
+    return Link(float(lat), 1.0 / per_byte, source)
+
+
+def lone_handoffs(handoffs: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
+    """Which handoffs (rows of `handoffs`, with prefill_end_s and kv_handoff_s) ran while no
+    other request of `requests` was in flight (between its arrival_s and finish_s; one with
+    no finish yet counts as in flight to the end). Without those columns: none."""
+    need = {"arrival_s", "finish_s", "prefill_end_s"}
+    if not need <= set(requests.columns) or not need <= set(handoffs.columns):
+        return np.zeros(len(handoffs), bool)
+    rq = requests.dropna(subset=["arrival_s"])
+    a = rq["arrival_s"].to_numpy(float)
+    f = rq["finish_s"].to_numpy(float)
+    f = np.where(np.isnan(f), np.inf, f)
+    h0 = handoffs["prefill_end_s"].to_numpy(float)
+    h1 = h0 + handoffs["kv_handoff_s"].to_numpy(float)
+    # intervals [a, f] overlapping [h0, h1]: started before h1, less those that finished by h0
+    overlap = np.searchsorted(np.sort(a), h1, "left") - np.searchsorted(np.sort(f), h0, "right")
+    own_a = handoffs["arrival_s"].to_numpy(float)
+    own_f = handoffs["finish_s"].to_numpy(float)
+    own = (own_a < h1) & ~(np.where(np.isnan(own_f), np.inf, own_f) <= h0)
+    return ~np.isnan(h0) & (overlap - own == 0)

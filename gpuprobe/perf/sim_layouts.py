@@ -2,8 +2,9 @@
 
 monolithic: one 'mixed' worker. intra / cross: a 'prefill' worker whose finished prefills
 reach a 'decode' worker after the KV handoff (latency + bytes / bandwidth of the layout's
-link). The prefill worker never waits on the decode worker (it exports and frees the KV), so
-the prefill worker is simulated first and its output times become the decode worker's inputs.
+link, times a seeded draw from its spread). The prefill worker never waits on the decode
+worker (it exports and frees the KV), so the prefill worker is simulated first and its
+output times become the decode worker's inputs.
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                output_tokens: np.ndarray, profile: Profile, config: LayoutConfig,
                seed: int | None = 0) -> RawTimes:
     """Simulate one layout; arrays are per request, arrival_s sorted ascending. seed: of the
-    step-time noise of workers whose profile has some (None: every step on its curve)."""
+    step-time noise of workers whose profile has some and of the handoffs of a link with a
+    spread (None: every step on its curve, every handoff on its line)."""
     def rng(i: int):
         return None if seed is None else np.random.default_rng([seed, i])
     if layout not in LAYOUTS:
@@ -84,8 +86,13 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         link, kvb = profile.link(layout), profile.kv_bytes_per_token
         tokens = np.fromiter((s.num_computed_tokens for s in pre.prefilled), np.int64,
                              len(pre.prefilled))
-        # Link.seconds(), vectorized: the same operations as on Python numbers.
-        handed_s = np_view(pre.prefilled_s) + (link.latency_s + kvb * tokens / link.bytes_per_s)
+        # Link.seconds(), vectorized: the same operations as on Python numbers; each handoff
+        # times a seeded draw from the link's spread, where it has one.
+        moved_s = link.latency_s + kvb * tokens / link.bytes_per_s
+        if link.spread and seed is not None:
+            draws = rng(2).integers(0, len(link.spread), len(tokens))
+            moved_s = moved_s * np.asarray(link.spread)[draws]
+        handed_s = np_view(pre.prefilled_s) + moved_s
         order = np.argsort(handed_s, kind="stable").tolist()  # ties keep prefill order
         dec = SimEngine(config.decode, profile.worker(layout, "decode"), rng(1))
         dec.run(handed_s[order].tolist(), [pre.prefilled[k] for k in order])
