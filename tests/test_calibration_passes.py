@@ -28,8 +28,9 @@ def test_each_sub_phase_gets_its_requests_tokens_and_cpu():
     assert [g[:3] for g in got] == [(3, 112, 6), (2, 48, 2), (3, 96, 72), (1, 320, 24)]
     assert [g[3] for g in got] == pytest.approx([1.0, 0.5, 1.5, 1.1])
     # the two points the front's CPU is fitted on hold the same totals
-    (r1, t1, c1), (r2, t2, c2) = _front_points(got, _prefill_reps(marks))
-    assert (r1, t1, r2, t2) == (5, 8, 4, 96) and (c1, c2) == pytest.approx((1.5, 2.6))
+    (r1, p1, t1, c1), (r2, p2, t2, c2) = _front_points(got, _prefill_reps(marks))
+    assert (r1, p1, t1, r2, p2, t2) == (5, 160, 8, 4, 416, 96)
+    assert (c1, c2) == pytest.approx((1.5, 2.6))
 
 
 def test_the_idle_probes_cpu_is_no_sub_phase():

@@ -62,11 +62,23 @@ def test_profile_json_round_trip_and_confidence():
 
 
 def test_front_cpu_is_solved_from_two_phases_and_stretches_steps():
-    from gpuprobe.perf.contention import FrontCpu, fit_front_cpu, stretched
+    from gpuprobe.perf.contention import FrontCpu, fit_front_cpu, prompt_token_cpu, stretched
     # prefill sweep: 19 requests, 19 tokens; decode sweep: 100 requests, 2400 tokens
     r, k = 0.004, 8e-5
-    f = fit_front_cpu([(19, 19, 19 * r + 19 * k), (100, 2400, 100 * r + 2400 * k)])
+    f = fit_front_cpu([(19, 0, 19, 19 * r + 19 * k), (100, 0, 2400, 100 * r + 2400 * k)])
     assert (f.cpu_per_request_s, f.cpu_per_token_s) == pytest.approx((r, k), rel=1e-6)
+    # CPU per prompt token: from sub-phases with the same requests and output tokens
+    # (the decode sweep at two prompt lengths), then taken off before the two-phase solve
+    p = 7.5e-6
+    subs = [(10, 3000, 10, 10 * r + 3000 * p + 10 * k), (9, 2900, 9, 9 * r + 2900 * p + 9 * k),
+            (100, 3200, 2400, 100 * r + 3200 * p + 2400 * k),
+            (100, 32000, 2400, 100 * r + 32000 * p + 2400 * k)]
+    assert prompt_token_cpu(subs) == pytest.approx(p)
+    assert prompt_token_cpu(subs[:3]) == 0.0  # no two alike: not measured
+    g = fit_front_cpu([tuple(map(sum, zip(*subs[:2]))), tuple(map(sum, zip(*subs[2:])))], p)
+    assert (g.cpu_per_request_s, g.cpu_per_token_s, g.cpu_per_prompt_token_s) == pytest.approx(
+        (r, k, p), rel=1e-6)
+    assert g.cores_used(10.0, 20, 1000) == pytest.approx(10 * (r + 20 * k + 1000 * p))
     assert f.stretch(0.0, 20, 2) == 1.0
     # 50 req/s of 20 tokens: 0.28 cores of front and client over 2 cores -> 1 / (1 - 0.14)
     assert f.stretch(50.0, 20, 2) == pytest.approx(1 / (1 - 0.14))
@@ -130,4 +142,8 @@ def test_the_per_request_cpu_becomes_a_stall_and_the_per_token_cpu_stays_a_stret
     p2, f2 = arrival_stalled(prof, f)
     assert p2.workers["monolithic"].arrival_stall_s == 0.006
     assert f2.cpu_per_request_s == 0.0 and f2.cpu_per_token_s == 0.0001
+    # the per-prompt-token part goes with it
+    p3, f3 = arrival_stalled(prof, FrontCpu(0.006, 0.0001, "measured", 5e-6))
+    assert p3.workers["monolithic"].arrival_stall_per_token_s == 5e-6
+    assert f3.cpu_per_prompt_token_s == 0.0
     assert prof.workers["monolithic"].arrival_stall_s == 0.0  # the input is not changed

@@ -129,7 +129,15 @@ def test_an_arrival_stalls_a_busy_worker_once_and_an_idle_one_not_at_all():
     # Split layouts take the stall only where the profile puts it (validate: monolithic).
     assert simulate(wl, stalled, "intra").requests["e2e_s"][0] == pytest.approx(
         simulate(wl, base, "intra").requests["e2e_s"][0])
+    # A stall per prompt token: the arriving request's prompt sets its burst.
+    per_tok = replace(base, workers={**base.workers, "monolithic": replace(
+        base.workers["monolithic"], arrival_stall_s=0.01, arrival_stall_per_token_s=0.001)})
+    long_wl = _wl([(0.0, 16, 200), (0.5, 100, 2), (5.0, 16, 2)])
+    c = simulate(long_wl, per_tok, "monolithic").requests
+    assert c["e2e_s"][0] - simulate(long_wl, base, "monolithic").requests["e2e_s"][0] == \
+        pytest.approx(0.01 + 0.001 * 100)
     # It survives the profile's JSON.
     from gpuprobe.perf.costmodel import StepCost
     w = stalled.workers["monolithic"]
     assert StepCost.from_dict(w.to_dict()).arrival_stall_s == stall
+    assert StepCost.from_dict(per_tok.workers["monolithic"].to_dict()).arrival_stall_per_token_s == 0.001

@@ -15,7 +15,8 @@ split layout), because a worker's speed depends on its share of the device:
     mixed step     t = mixed_factor * (prefill + decode - min(a, d0))   one fixed cost, not two
     every step     + step_overhead_s          scheduling and streaming between forward passes
     each arrival   + arrival_stall_s          on a busy worker's clock (the front's burst of
-                                              work per request on its cores; validate sets it)
+                   + arrival_stall_per_token_s * prompt tokens   work per request and per
+                                              prompt token on its cores; validate sets it)
                    + wake_s(idle gap)         on an idle one (waking it: wake.py)
 
 times `scale` (a worker derived from another at a smaller share runs slower). A `Profile`
@@ -76,6 +77,7 @@ class StepCost:
     # every request that arrives while it is busy. A burst per arrival, not a stretch of every
     # step: most steps meet none, so it moves the mean step and the queue, not the median.
     arrival_stall_s: float = 0.0
+    arrival_stall_per_token_s: float = 0.0  # ... and per prompt token of the arriving request
     # Waking the worker: ((idle gap s, extra s), ...) ascending, measured by calibration's
     # idle probes (wake.py); an input that reaches the idle worker waits wake_fn()(gap) more.
     wake: tuple[tuple[float, float], ...] = ()
@@ -139,7 +141,9 @@ class StepCost:
                 "recv_s": self.recv_s, "recv_per_token_s": self.recv_per_token_s,
                 "decode_attention": self.decode_attention,
                 "prefill_noise": list(self.prefill_noise), "decode_noise": list(self.decode_noise),
-                "arrival_stall_s": self.arrival_stall_s, "wake": [list(p) for p in self.wake]}
+                "arrival_stall_s": self.arrival_stall_s,
+                "arrival_stall_per_token_s": self.arrival_stall_per_token_s,
+                "wake": [list(p) for p in self.wake]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepCost":
@@ -161,6 +165,7 @@ class StepCost:
                    prefill_noise=_noise(d.get("prefill_noise", ())),
                    decode_noise=_noise(d.get("decode_noise", ())),
                    arrival_stall_s=float(d.get("arrival_stall_s", 0.0)),
+                   arrival_stall_per_token_s=float(d.get("arrival_stall_per_token_s", 0.0)),
                    wake=_wake(d.get("wake", ())))
 
 

@@ -119,7 +119,7 @@ class LayoutProbe:
         one pass is about 12 s of this machine's speed, which moves 10-30% between passes a
         minute apart (docs/model-log.md), so passes spread over the replays stand for the
         speed the replays ran at better than the first pass alone."""
-        from gpuprobe.perf.contention import fit_front_cpu
+        from gpuprobe.perf.contention import fit_front_cpu, prompt_token_cpu
         from gpuprobe.perf.profile import from_steps, worker_key
 
         runs = self.cal_runs
@@ -131,7 +131,8 @@ class LayoutProbe:
         self._fit_wake()
         self.cal_steps, self.cal_requests = steps, reqs
         points = [p for r in runs for p in r["front_points"]]
-        self.front_cpu = fit_front_cpu(points) if points else _no_front_cpu()
+        per_prompt = prompt_token_cpu([p for r in runs for p in r["phase_cpu"]])
+        self.front_cpu = fit_front_cpu(points, per_prompt) if points else _no_front_cpu()
         self.overhead_s = float(np.median([r["overhead_s"] for r in runs]))
         for role, grp in steps.groupby("role"):
             self.num_blocks[worker_key(self.layout, role)] = int(grp["kv_blocks_total"].max())
@@ -306,11 +307,12 @@ def _phase_cpu(cal: dict, marks: list[tuple[str, float | None]]) -> list[tuple[i
     return out
 
 
-def _front_points(phases: list[tuple[int, int, int, float]], reps: int) -> list[tuple[float, float, float]]:
-    """[(requests, output tokens, front + client CPU s)] for the prefill sweep (the first
-    `reps` sub-phases of _phase_cpu) and the decode sweep of one pass; contention.fit_front_cpu
-    solves them for per request and per token."""
+def _front_points(phases: list[tuple[int, int, int, float]], reps: int
+                  ) -> list[tuple[float, float, float, float]]:
+    """[(requests, prompt tokens, output tokens, front + client CPU s)] for the prefill sweep
+    (the first `reps` sub-phases of _phase_cpu) and the decode sweep of one pass;
+    contention.fit_front_cpu solves them for per request and per output token."""
     if not phases or reps >= len(phases):
         return []
-    return [(float(sum(p[0] for p in part)), float(sum(p[2] for p in part)), sum(p[3] for p in part))
+    return [tuple(float(sum(p[i] for p in part)) for i in range(4))
             for part in (phases[:reps], phases[reps:])]

@@ -67,6 +67,7 @@ class SimEngine:
         self._plain = cost.step_overhead_s == 0 and cost.scale == 1
         self._import = cost.import_fn() if config.role == "decode" else None
         self._stall = cost.arrival_stall_s if config.role != "decode" else 0.0
+        self._stall_per_token = cost.arrival_stall_per_token_s if config.role != "decode" else 0.0
         # Waking from idle (calibration's idle probes time it through a request's first token,
         # which a decode worker does not make): charged when work finds the worker idle.
         self._wake = cost.wake_fn() if config.role != "decode" else None
@@ -102,7 +103,8 @@ class SimEngine:
             arrive_s: list[float] | None = None) -> None:
         """Feed seqs[i] at clock ready_s[i] (ascending) and run until all are done.
         arrive_s: when each request reached the front (ascending; ready_s[i] less the front's
-        time), where the cost's arrival_stall_s holds up a busy worker."""
+        time), where the cost's arrival_stall_s (+ arrival_stall_per_token_s * the request's
+        prompt tokens) holds up a busy worker."""
         sched, role = self.sched, self.config.role
         waiting, running = sched.waiting, sched.running
         min_macro = MIN_MACRO_STEPS  # read once: the bench and tests set it before a run
@@ -117,8 +119,15 @@ class SimEngine:
         ready = [*ready_s, NO_INPUT]  # NO_INPUT ends the feeding loop without an index check
         stall, wake = self._stall, self._wake
         idle_from = -INF if wake is not None else None  # idle since (clock); None: busy
-        # The front's burst of work at each arrival: a moment like an input's, without one.
-        stalls = [*arrive_s, INF] if stall and arrive_s is not None else [INF]
+        # The front's burst of work at each arrival: a moment like an input's, without one;
+        # arrive_s[j] is seqs[j]'s, whose prompt the per-token part of the burst reads.
+        per_tok = self._stall_per_token if arrive_s is not None else 0.0
+        stalls = [*arrive_s, INF] if (stall or per_tok) and arrive_s is not None else [INF]
+        cum = None  # the bursts' running sum, where they differ by prompt
+        if per_tok:
+            cum = [0.0]
+            for seq in seqs:
+                cum.append(cum[-1] + stall + per_tok * seq.num_prompt_tokens)
         js = 0
         step = self._prefill_step if role == "prefill" else self._step
         add = sched.add
@@ -130,8 +139,9 @@ class SimEngine:
                 while stalls[js] <= t:
                     js += 1
                 if waiting or running:  # they came while the worker was busy
-                    t += stall * (js - j)
-                    self.busy_s += stall * (js - j)
+                    dt = stall * (js - j) if cum is None else cum[js] - cum[j]
+                    t += dt
+                    self.busy_s += dt
             if ready[i] <= t:
                 j = i
                 while ready[i] <= t:

@@ -286,12 +286,14 @@ def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: Validate
     if front is None:
         return factor, res
     tokens = float(sim_wl["output_tokens"].mean())
+    prompts = float(sim_wl["prompt_tokens"].mean())
     for _ in range(CONTENTION_PASSES):
         span = res.summary.get("span_s") or 0.0
         name = {"mixed": "monolithic"}
         busy = {keys[r]: res.summary.get(f"{name.get(r, r)}_busy_s", 0.0) / span if span > 0
                 else 1.0 for r in roles}
-        factor = busy_stretch(front, _rate(sim_wl), tokens, busy, pinned=layout != "monolithic")
+        factor = busy_stretch(front, _rate(sim_wl), tokens, busy, pinned=layout != "monolithic",
+                              prompt_tokens_per_request=prompts)
         res = simulate(sim_wl, stretched(profile, factor), layout, opts.slo, configs, seed)
     return factor, res
 
@@ -355,9 +357,10 @@ def _capacity_rps(wl: pd.DataFrame, probe, opts: ValidateOptions) -> float:
         return cap
     from gpuprobe.perf.contention import busy_stretch
 
-    tokens = float(wl["output_tokens"].mean())
+    tokens, prompts = float(wl["output_tokens"].mean()), float(wl["prompt_tokens"].mean())
     for _ in range(30):  # the rate at which the engine, always busy, slowed by the front, keeps up
-        f = busy_stretch(probe.front_cpu, cap, tokens, {"monolithic": 1.0}, pinned=False)
+        f = busy_stretch(probe.front_cpu, cap, tokens, {"monolithic": 1.0}, pinned=False,
+                         prompt_tokens_per_request=prompts)
         cap = engine_rps / f["monolithic"]
     return cap
 

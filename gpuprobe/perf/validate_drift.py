@@ -34,7 +34,7 @@ def dump_state(sched, probes, speed_probe) -> None:
 
 
 def scaled_front(front, factors: dict[str, float]):
-    """The front's CPU per request and token, scaled by the mean drift of the workers' cores
+    """The front's CPU per request and per prompt and output token, scaled by the mean drift of the workers' cores
     (the front is not pinned; it runs wherever a core is free)."""
     if front is None or not factors:
         return front
@@ -42,7 +42,8 @@ def scaled_front(front, factors: dict[str, float]):
 
     f = float(np.mean(list(factors.values())))
     return replace(front, cpu_per_request_s=front.cpu_per_request_s * f,
-                   cpu_per_token_s=front.cpu_per_token_s * f)
+                   cpu_per_token_s=front.cpu_per_token_s * f,
+                   cpu_per_prompt_token_s=front.cpu_per_prompt_token_s * f)
 
 
 def start_speed_probe(opts, say):
