@@ -35,6 +35,26 @@ def test_one_request_is_hand_computable():
     assert r["tbt_mean_s"] == pytest.approx(decode / 4)
 
 
+def test_tokens_leave_before_the_loops_overhead_between_steps():
+    from dataclasses import replace
+
+    base = _profile()
+    ovh = 0.002
+    w = replace(base.workers["monolithic"], step_overhead_s=ovh)
+    prof = replace(base, workers={k: w for k in base.workers})
+    a = simulate(_wl([(0.0, 100, 5)]), base, "monolithic").requests.iloc[0]
+    b = simulate(_wl([(0.0, 100, 5)]), prof, "monolithic").requests.iloc[0]
+    # the first token leaves at its prefill's end; each later step is longer by the overhead
+    assert b["ttft_s"] == pytest.approx(a["ttft_s"])
+    assert b["e2e_s"] - a["e2e_s"] == pytest.approx(4 * ovh)
+    assert b["tbt_mean_s"] - a["tbt_mean_s"] == pytest.approx(ovh)
+    # a split layout: the handoff starts when the first token leaves, not after the overhead
+    c = simulate(_wl([(0.0, 100, 3)]), base, "cross").requests.iloc[0]
+    d = simulate(_wl([(0.0, 100, 3)]), prof, "cross").requests.iloc[0]
+    assert d["ttft_s"] == pytest.approx(c["ttft_s"])
+    assert d["e2e_s"] - c["e2e_s"] == pytest.approx(ovh)  # one step after the first decode
+
+
 def test_split_layout_adds_the_handoff():
     res = simulate(_wl([(0.0, 100, 3)]), _profile(), "cross")
     r = res.requests.iloc[0]
