@@ -85,7 +85,7 @@ def test_link_spread_survives_a_profile_file_and_bad_spread_is_refused():
     link = Link(0.002, 1e9, "measured", (0.8, 1.0, 1.5))
     assert Link.from_dict(link.to_dict()) == link
     assert Link.from_dict({"latency_s": 0.002, "bytes_per_s": 1e9}).spread == ()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="link spread"):
         Link.from_dict({"latency_s": 0.002, "bytes_per_s": 1e9, "spread": [1.5, 0.8]})
 
 

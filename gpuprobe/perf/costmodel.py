@@ -169,11 +169,11 @@ class StepCost:
                    wake=_wake(d.get("wake", ())))
 
 
-def _noise(values) -> tuple[float, ...]:
+def _noise(values, what: str = "step noise") -> tuple[float, ...]:
     """A profile's noise quantiles: finite, positive, ascending."""
     q = tuple(float(v) for v in values)
     if any(not (v > 0 and v < float("inf")) for v in q) or list(q) != sorted(q):
-        raise ValueError("step noise quantiles must be positive, finite and ascending")
+        raise ValueError(f"{what} quantiles must be positive, finite and ascending")
     return q
 
 
@@ -210,7 +210,7 @@ class Link:
     @classmethod
     def from_dict(cls, d: dict) -> "Link":
         return cls(float(d["latency_s"]), float(d["bytes_per_s"]), str(d.get("source", "default")),
-                   _noise(d.get("spread", ())))
+                   _noise(d.get("spread", ()), "link spread"))
 
 
 @dataclass(frozen=True)

@@ -125,8 +125,7 @@ class LayoutProbe:
         runs = self.cal_runs
         steps = pd.concat([r["steps"] for r in runs], ignore_index=True)
         reqs = pd.concat([r["requests"] for r in runs], ignore_index=True)
-        handoffs = pd.concat([reqs] + [r["probe_requests"] for r in runs if "probe_requests" in r],
-                             ignore_index=True)
+        handoffs = pd.concat([reqs] + [r["probe_requests"] for r in runs], ignore_index=True)
         self.part = from_steps(steps, reqs, link_requests=handoffs)
         self._fit_wake()
         self.cal_steps, self.cal_requests = steps, reqs
