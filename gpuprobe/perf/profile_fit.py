@@ -302,10 +302,10 @@ def fit_link(requests: pd.DataFrame, source: str = "measured", admit=None) -> Li
     simulator charges at admission (admit: taken off each handoff, at least a tenth of it
     left), and the wait behind other handoffs and behind the decode worker's running step,
     which the simulator models itself (the decode worker admits handed-off requests at step
-    boundaries). So the link is fitted to lone
-    handoffs, made with nothing else in flight (lone_handoffs: calibration's idle probes and
-    single-stream bursts): the median per size (half-octave bins of bytes), and the spread as
-    quantiles of each lone handoff over the line. Measured (intra, tiny model): lone handoffs
+    boundaries). So the link is fitted to lone handoffs, made with nothing else in flight
+    (lone_handoffs: calibration's idle probes and single-stream bursts): the median per size
+    (half-octave bins of bytes), and the spread as quantiles of each lone handoff over the
+    line. Measured (intra, tiny model): lone handoffs
     took 3.1-3.7 ms where the 10th percentile of all of a calibration's, mostly queued in
     bursts of up to 64, was 6-8 ms. With fewer than MIN_LONE_HANDOFFS lone ones (a store
     from a loaded server) the link is fitted to the 10th percentile per size of all of them,
@@ -324,8 +324,8 @@ def fit_link(requests: pd.DataFrame, source: str = "measured", admit=None) -> Li
     lone = r[lone_handoffs(r, requests)]
     if len(lone) >= MIN_LONE_HANDOFFS:
         link = _link_line(lone, 50, source, min_bin=1)
-        ratio = lone["kv_handoff_s"].to_numpy(float) / np.array(
-            [link.seconds(b) for b in lone["kv_handoff_bytes"].to_numpy(float)])
+        ratio = lone["kv_handoff_s"].to_numpy(float) / link.seconds(
+            lone["kv_handoff_bytes"].to_numpy(float))
         ratio = ratio[np.isfinite(ratio) & (ratio > 0)]
         if len(ratio) >= MIN_LONE_HANDOFFS:
             q = np.quantile(ratio, (np.arange(NOISE_QUANTILES) + 0.5) / NOISE_QUANTILES)
