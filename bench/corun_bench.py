@@ -50,9 +50,8 @@ def _engine(core: int):
 
 def _background(core: int, kind: str, size: int, on, quit_) -> None:
     """Runs `kind` work while `on` is set, until `quit_` is."""
+    os.sched_setaffinity(0, {core})
     new = None if kind == "spin" else _engine(core)
-    if kind == "spin":
-        os.sched_setaffinity(0, {core})
     eng = None
     while not quit_.is_set():
         if not on.wait(0.01):
