@@ -72,6 +72,12 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     r = dump["probes"]["intra"]["replays"][0]
     during = steps[(steps["start_s"] >= r["arrival_s"].min()) & (steps["start_s"] <= r["finish_s"].max())]
     assert set(during["role"]) == {"prefill", "decode"}  # the replay's own steps are there
+    # re-predicted offline from the dump, the same predictions and measurements to the digit
+    from gpuprobe.perf.repredict import repredict
+    again = repredict(dump)
+    assert [(r["predicted"], r["measured"]) for r in again["rows"]] == \
+        [(r["predicted"], r["measured"]) for r in doc["rows"]]
+    assert (again["best_measured"], again["best_predicted"]) == (doc["best_measured"], doc["best_predicted"])
     probe = dump["probes"]["intra"]
     passes, windows = probe["cal_runs"], probe["replay_windows"]
     if not interleave:  # one pass before the replays, the recheck after them
@@ -189,3 +195,4 @@ def test_cli_defaults_follow_the_device():
     mine = cmd._options(p.parse_args(["--workload", "x", "--device", "cuda", "--limit", "80",
                                       "--token-scale", "1.0"]))
     assert (mine.limit, mine.token_scale) == (80, 1.0)
+

@@ -1,6 +1,6 @@
 """validate --plot: predicted and measured bars per metric, the measured ones with their
 range over the replays, written as a self-contained HTML file."""
-from gpuprobe.perf.validate import COMPARED
+from gpuprobe.perf.verdict import COMPARED
 from gpuprobe.perf.validate_plot import PANELS, figure, write_plot
 
 

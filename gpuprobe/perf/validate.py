@@ -30,19 +30,18 @@ import pandas as pd
 from gpuprobe.errors import GpuprobeError, UserError
 from gpuprobe.perf.calibrate import prefill_sizes_for
 from gpuprobe.perf.replay_rate import schedule_frame
-from gpuprobe.perf.metrics import (
-    Slo,
-    aggregate,
-    best_note,
-    first_gap_shares,
-    gaps_from_token_times,
-    per_request,
-    TBT_TOLERANCE,
-    pick_best,
-    tied_best,
-)
+from gpuprobe.perf.metrics import TBT_TOLERANCE, Slo, best_note, pick_best, tied_best
 from gpuprobe.perf.server_tbt import server_tbt
-from gpuprobe.perf.sim_layouts import DEVICES, LayoutConfig
+from gpuprobe.perf.sim_layouts import LayoutConfig
+from gpuprobe.perf.verdict import (
+    COMPARED,
+    compare,
+    measured_summaries,
+    median_p50_error,
+    median_summary,
+    replay_range,
+    tbt_tolerance,
+)
 from gpuprobe.perf.validate_drift import (
     drift_factors,
     dump_state,
@@ -52,8 +51,6 @@ from gpuprobe.perf.validate_drift import (
 
 DEFAULT_LOAD = 0.5    # the busiest stretch at half the monolithic capacity (replay_rate.py)
 MAX_REPLAY_S = 30.0   # at the default load, a replay is sped up to end within this
-COMPARED = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "throughput_tok_s")
-P50_METRICS = ("ttft_p50_s", "tbt_p50_s", "throughput_tok_s")
 CONTENTION_PASSES = 3  # simulate, stretch by the busy fractions, again: a fixed point
 
 
@@ -91,54 +88,6 @@ def prepare_workload(wl: pd.DataFrame, limit: int, token_scale: float, max_len: 
     p = np.minimum(p, max_len - o - 1)
     arr = wl["arrival_s"].to_numpy(float)
     return pd.DataFrame({"arrival_s": arr - arr[0], "prompt_tokens": p, "output_tokens": o})
-
-
-def measured_summary(records: pd.DataFrame, slo: Slo, devices: int) -> dict:
-    """Aggregate metrics from replay records, with the simulator's definitions."""
-    ok = records["status"] == "ok"
-    tt = [list(t) if o else [] for t, o in zip(records["token_times"], ok)]
-    arrival = records["arrival_s"].to_numpy(float)
-    arrival = arrival - arrival.min()
-    first = np.array([a + t[0] if t else np.nan for a, t in zip(arrival, tt)])
-    last = np.array([a + t[-1] if t else np.nan for a, t in zip(arrival, tt)])
-    n = np.array([len(t) for t in tt])
-    req = per_request(arrival, first, last, n)
-    return {**aggregate(req, gaps_from_token_times(tt), slo, devices), **first_gap_shares(tt)}
-
-
-def median_summary(summaries: list[dict]) -> dict:
-    """Per numeric key, the median over replays (the first replay's value for the rest)."""
-    out = dict(summaries[0])
-    for k, v in out.items():
-        vals = [s.get(k) for s in summaries]
-        if isinstance(v, (int, float)) and all(isinstance(x, (int, float)) for x in vals):
-            out[k] = float(np.median(vals))
-    return out
-
-
-def replay_range(per_replay: dict[str, list[dict]]) -> dict[str, dict[str, list[float] | None]]:
-    """{layout: {metric: [min, max] over its replays}}: how far one replay's figure lies from
-    another's, the measurement's own precision to read each rel_error against (None with one
-    replay or a missing value)."""
-    out = {}
-    for layout, runs in per_replay.items():
-        out[layout] = {}
-        for m in COMPARED:
-            v = [s.get(m) for s in runs]
-            ok = len(v) > 1 and all(isinstance(x, float) and np.isfinite(x) for x in v)
-            out[layout][m] = [float(min(v)), float(max(v))] if ok else None
-    return out
-
-
-def compare(predicted: dict[str, dict], measured: dict[str, dict]) -> list[dict]:
-    rows = []
-    for layout in predicted:
-        for m in COMPARED:
-            p, q = predicted[layout].get(m), measured[layout].get(m)
-            err = (p - q) / q if p is not None and q and np.isfinite(p) and np.isfinite(q) else None
-            rows.append({"layout": layout, "metric": m, "predicted": p, "measured": q,
-                         "rel_error": err})
-    return rows
 
 
 def _say(msg: str, progress: bool) -> None:
@@ -185,13 +134,12 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                     probe.recheck(guard)
             probes[layout] = probe
         drift = drift_factors(speed_probe, probes, opts)
-        dump_state(sched, probes, speed_probe)
+        dump_state(sched, probes, speed_probe, opts)
         at_server = {k: median_summary(server_tbt(probes[k].db, probes[k].replays))
                      for k in opts.layouts}
     profile, predicted, confidence, stretch = predict_layouts(sched, probes, opts, drift)
     unadjusted = predict_layouts(sched, probes, opts)[1] if drift else predicted
-    per_replay = {layout: [measured_summary(r, opts.slo, DEVICES[layout]) for r in probes[layout].replays]
-                  for layout in opts.layouts}
+    per_replay = measured_summaries(probes, opts.layouts, opts.slo)
     measured = {layout: median_summary(s) for layout, s in per_replay.items()}
     rows = compare(predicted, measured)
     out = _result(rows, predicted, measured, confidence, opts, capacity, rate, profile,
@@ -298,13 +246,6 @@ def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: Validate
     return factor, res
 
 
-def median_p50_error(rows: list[dict], layout: str) -> float | None:
-    """Median |rel error| of `layout` over the p50 metrics (issue 6's figure of merit)."""
-    errs = [abs(r["rel_error"]) for r in rows if r["layout"] == layout
-            and r["metric"] in P50_METRICS and r["rel_error"] is not None]
-    return float(np.median(errs)) if errs else None
-
-
 def _unadjusted(predicted: dict[str, dict], measured: dict[str, dict],
                 tolerance: float = TBT_TOLERANCE) -> dict:
     """Predictions without the speed-drift correction, with their errors, per layout."""
@@ -368,15 +309,6 @@ def _capacity_rps(wl: pd.DataFrame, probe, opts: ValidateOptions) -> float:
 def _rate(wl: pd.DataFrame) -> float:
     """The workload's own request rate, req/s."""
     return (len(wl) - 1) / (float(wl["arrival_s"].iloc[-1]) or 1.0)
-
-
-def tbt_tolerance(per_replay: dict[str, list[dict]]) -> float:
-    """How far apart two layouts' p99 TBTs must be to count as different: the largest
-    spread (max / min - 1) between one layout's own replays, at least TBT_TOLERANCE, at most
-    1. Measured here: 9-43% on one run, and 2.1x for one layout on a bursty trace."""
-    spans = (r["tbt_p99_s"] for r in replay_range(per_replay).values())
-    spread = [hi / lo - 1.0 for lo, hi in filter(None, spans) if lo > 0]
-    return float(min(1.0, max([TBT_TOLERANCE, *spread])))
 
 
 def _result(rows, predicted, measured, confidence, opts, capacity, rate, profile, wall_s, n,

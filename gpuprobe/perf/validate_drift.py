@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 
-def dump_state(sched, probes, speed_probe) -> None:
+def dump_state(sched, probes, speed_probe, opts=None) -> None:
     """GPUPROBE_VALIDATE_DUMP=path: pickle what the predictions are made from (the replay
-    schedule, each layout's calibration and replays, the speed probe's readings), so the model
-    can be re-run on a run's measurements offline (the comparisons in docs/model-log.md)."""
+    schedule, each layout's calibration and replays, the speed probe's readings, validate's
+    options), so the model can be re-run on a run's measurements offline (repredict.py)."""
     import os
     import pickle
 
@@ -28,7 +28,7 @@ def dump_state(sched, probes, speed_probe) -> None:
         with Store.open(p.db, read_only=True) as store:
             state[k]["all_steps"] = store.steps()
     with open(path, "wb") as fh:
-        pickle.dump({"schedule": sched, "probes": state,
+        pickle.dump({"schedule": sched, "probes": state, "options": opts,
                      "speed_rows": speed_probe.samples() if speed_probe else None,
                      "speed_cores": speed_probe.cores if speed_probe else None}, fh)
 
