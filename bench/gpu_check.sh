@@ -126,7 +126,7 @@ if want 5; then
   part validate 360 env GPUPROBE_VALIDATE_LOGS="$LOGS/validate_servers" \
     "$PY" -m gpuprobe.cli.main validate --workload azure-conv --model "$MODEL" \
     --device "$DEVICE" --layouts "$LAYOUTS" --limit 30 --token-scale 0.5 --replays 1 \
-    --no-speed-probe --store validate.db --plot "$OUT/validate.html"
+    --no-speed-probe --no-interleave --store validate.db --plot "$OUT/validate.html"
 fi
 
 if want 4; then

@@ -196,3 +196,16 @@ def test_cli_defaults_follow_the_device():
                                       "--token-scale", "1.0"]))
     assert (mine.limit, mine.token_scale) == (80, 1.0)
 
+
+def test_cli_interleaves_calibration_on_cpu_not_on_cuda():
+    import argparse
+
+    from gpuprobe.cli.commands import validate as cmd
+
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    parse = lambda *a: cmd._options(p.parse_args(["--workload", "x", *a]))  # noqa: E731
+    assert parse().interleave is True
+    assert parse("--device", "cuda").interleave is False
+    assert parse("--no-interleave").interleave is False
+    assert parse("--device", "cuda", "--interleave").interleave is True
