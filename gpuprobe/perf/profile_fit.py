@@ -23,7 +23,8 @@ from gpuprobe.perf.costmodel import (
 )
 from gpuprobe.perf.fit import least_squares
 
-MIN_GAP_GROUP = 3  # gaps of one shape before its median is fitted (step_gap_fit)
+MIN_GAP_GROUP = 3  # gaps of one shape before its statistic is fitted (step_gap_fit)
+GAP_QUANTILE = 25  # of each shape's busy gaps: the worker's own loop, not the front's turns
 MIN_NOISE_STEPS = 20  # repeated-shape steps needed to say how much steps vary
 STEP_COLS = ("duration_s", "num_prefill_tokens", "num_decode_seqs", "num_decode_ctx_tokens")
 
@@ -138,23 +139,36 @@ def _prefill_q(s: pd.DataFrame, T: np.ndarray, k: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(Q) & (Q > 0), Q, guess)
 
 
-def _medians(keys: np.ndarray, y: np.ndarray, x: np.ndarray | None = None):
-    """Group rows by `keys`; per group the median of `x` (default: the keys) and of y."""
+def _medians(keys: np.ndarray, y: np.ndarray, x: np.ndarray | None = None,
+             q: float | None = None):
+    """Group rows by `keys`; per group the median of `x` (default: the keys) and of y (its
+    q-th percentile when q is given)."""
     x = keys if x is None else x
     if len(y) == 0:
         return x[:0].astype(float), y[:0]
     _, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.ravel()
     groups = range(inv.max() + 1)
+    stat = np.median if q is None else (lambda v: np.percentile(v, q))
     xs = np.array([np.median(x[inv == g], axis=0) for g in groups], dtype=float)
-    ys = np.array([np.median(y[inv == g]) for g in groups], dtype=float)
+    ys = np.array([stat(y[inv == g]) for g in groups], dtype=float)
     return xs, ys
 
 
 def step_gap_fit(steps: pd.DataFrame, requests: pd.DataFrame | None = None
                  ) -> tuple[float, float, float]:
     """(fixed s, s per token out, s before a prefill step) of the gap after a busy step, from
-    medians per (tokens out, whether the next step prefills).
+    each shape's GAP_QUANTILE-th percentile, shape = (tokens out, whether the next step
+    prefills).
+
+    The gap is two-state on a machine whose cores the front shares: 0.1-0.3 ms when the
+    front takes the step's message on another core, 0.7-1.5 ms when it runs on this
+    worker's core first. How often the second happens depends on the load (a third to two
+    thirds of a calibration's decode gaps, a tenth to a third of a served conversation
+    trace's), and the front's CPU at the served load is charged apart (contention.py), so
+    the fit takes the loop's own gap, the fast state: the 25th percentile of each shape. Its
+    median had put 0.3-0.4 ms of calibration's contention into every simulated decode step,
+    and the split layouts' TBT p50 came out 10-30% long (docs/model-log.md).
 
     Tokens out of a step: its decoding sequences plus its prefills (each gives a first token).
     A gap before a step that prefills is longer by about a fixed amount (the loop takes the
@@ -186,7 +200,7 @@ def step_gap_fit(steps: pd.DataFrame, requests: pd.DataFrame | None = None
     if busy.sum() < 3:
         return 0.0, 0.0, 0.0
     keys = np.c_[n_out[busy], to_prefill[busy]]
-    xs, ys = _medians(keys, gaps[busy])
+    xs, ys = _medians(keys, gaps[busy], q=GAP_QUANTILE)
     # Shapes seen once or twice (a burst's odd last step) are a gap each, not a median: one
     # of 5.4 ms, weighed like 44 gaps of 0.3 ms, had lifted the monolithic worker's fit.
     _, counts = np.unique(keys, axis=0, return_counts=True)
@@ -198,7 +212,7 @@ def step_gap_fit(steps: pd.DataFrame, requests: pd.DataFrame | None = None
     if len(keep) == 3 and np.linalg.matrix_rank(X) < 3:
         keep = [0, 1]
     if len(xs) < 2 or len(xs) < len(keep):
-        return float(np.median(gaps[busy])), 0.0, 0.0
+        return float(np.percentile(gaps[busy], GAP_QUANTILE)), 0.0, 0.0
     fit = least_squares(X[:, keep], ys, tuple(("1", "tokens", "prefill next")[j] for j in keep),
                         xs[:, 0], "step gap")
     coef = dict(zip(keep, fit.coef))
@@ -272,20 +286,6 @@ def recv_fit(requests: pd.DataFrame) -> tuple[float, float]:
     if r1 < 0:  # no growth with size seen: a flat cost
         return float(np.median(ys)), 0.0
     return max(0.0, float(r0)), float(r1)
-
-
-def step_gap_s(steps: pd.DataFrame) -> float:
-    """Median time between one step's end and the next one's start while the worker is busy.
-
-    That is the engine loop outside the forward pass (schedule, postprocess, sending tokens to
-    the front). Gaps over 20 ms are idle waits, not overhead, and are left out.
-    """
-    if "start_s" not in steps.columns or len(steps) < 3:
-        return 0.0
-    s = steps.sort_values("start_s")
-    gaps = s["start_s"].to_numpy()[1:] - (s["start_s"] + s["duration_s"]).to_numpy()[:-1]
-    busy = gaps[(gaps >= 0) & (gaps < 0.02)]
-    return float(np.median(busy)) if len(busy) else 0.0
 
 
 HANDOFF_QUANTILE = 10  # percent; see fit_link
