@@ -72,6 +72,9 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     r = dump["probes"]["intra"]["replays"][0]
     during = steps[(steps["start_s"] >= r["arrival_s"].min()) & (steps["start_s"] <= r["finish_s"].max())]
     assert set(during["role"]) == {"prefill", "decode"}  # the replay's own steps are there
+    reqs = dump["probes"]["intra"]["all_requests"]  # ... and the server's rows of its requests,
+    mine = reqs[reqs["arrival_s"].between(r["arrival_s"].min() - 0.5, r["finish_s"].max())]
+    assert len(mine) >= len(r) and mine["kv_handoff_s"].notna().sum() >= len(r) // 2  # handoffs
     # re-predicted offline from the dump, the same predictions and measurements to the digit
     from gpuprobe.perf.repredict import repredict
     again = repredict(dump)

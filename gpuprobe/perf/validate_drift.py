@@ -24,9 +24,10 @@ def dump_state(sched, probes, speed_probe, opts=None) -> None:
             "recheck_ratio", "cal_steps", "cal_requests", "recheck_steps", "cal_runs",
             "calibrate_windows")
     state = {k: {a: getattr(p, a) for a in keep} for k, p in probes.items()}
-    for k, p in probes.items():  # every step the server took, replays included (diagnosis)
-        with Store.open(p.db, read_only=True) as store:
+    for k, p in probes.items():  # every step and request row the server wrote, replays
+        with Store.open(p.db, read_only=True) as store:  # included (diagnosis: the handoffs)
             state[k]["all_steps"] = store.steps()
+            state[k]["all_requests"] = store.requests(source="server")
     with open(path, "wb") as fh:
         pickle.dump({"schedule": sched, "probes": state, "options": opts,
                      "speed_rows": speed_probe.samples() if speed_probe else None,
