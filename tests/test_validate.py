@@ -168,47 +168,46 @@ def test_cli_device_option_reaches_the_server_launcher(tmp_path):
     assert seen["device"] == "cuda" and seen["layout"] == "intra" and seen["prefill_share"] == 0.5
 
 
-def test_cli_kv_cache_defaults_to_what_an_8b_model_needs_on_cuda():
+def _validate_parser():
     import argparse
 
     from gpuprobe.cli.commands import validate as cmd
 
     p = argparse.ArgumentParser()
     cmd.add_arguments(p)
-    assert cmd._options(p.parse_args(["--workload", "x"])).server_opts == ()
-    cuda = cmd._options(p.parse_args(["--workload", "x", "--device", "cuda"]))
+    return p
+
+
+def _cli_options(*args):
+    """ValidateOptions as `gpuprobe validate --workload x ARGS...` would build them."""
+    from gpuprobe.cli.commands import validate as cmd
+
+    return cmd._options(_validate_parser().parse_args(["--workload", "x", *args]))
+
+
+def test_cli_kv_cache_defaults_to_what_an_8b_model_needs_on_cuda():
+    from gpuprobe.cli.commands import validate as cmd
+
+    assert _cli_options().server_opts == ()
+    cuda = _cli_options("--device", "cuda")
     assert dict(cuda.server_opts)["kv_cache_mb"] == cmd.DEVICE_DEFAULTS["cuda"]["kv_cache_mb"]
-    mine = cmd._options(p.parse_args(["--workload", "x", "--kv-cache-mb", "512"]))
+    mine = _cli_options("--kv-cache-mb", "512")
     assert dict(mine.server_opts)["kv_cache_mb"] == 512
     with pytest.raises(SystemExit):  # argparse: "argument --kv-cache-mb: must be at least 1"
-        p.parse_args(["--workload", "x", "--kv-cache-mb", "0"])
+        _validate_parser().parse_args(["--workload", "x", "--kv-cache-mb", "0"])
 
 
 def test_cli_defaults_follow_the_device():
-    import argparse
-
-    from gpuprobe.cli.commands import validate as cmd
-
-    p = argparse.ArgumentParser()
-    cmd.add_arguments(p)
-    cpu = cmd._options(p.parse_args(["--workload", "x"]))
+    cpu = _cli_options()
     assert (cpu.limit, cpu.token_scale) == (300, 0.1)
-    cuda = cmd._options(p.parse_args(["--workload", "x", "--device", "cuda"]))
+    cuda = _cli_options("--device", "cuda")
     assert (cuda.limit, cuda.token_scale) == (30, 0.5)
-    mine = cmd._options(p.parse_args(["--workload", "x", "--device", "cuda", "--limit", "80",
-                                      "--token-scale", "1.0"]))
+    mine = _cli_options("--device", "cuda", "--limit", "80", "--token-scale", "1.0")
     assert (mine.limit, mine.token_scale) == (80, 1.0)
 
 
 def test_cli_interleaves_calibration_on_cpu_not_on_cuda():
-    import argparse
-
-    from gpuprobe.cli.commands import validate as cmd
-
-    p = argparse.ArgumentParser()
-    cmd.add_arguments(p)
-    parse = lambda *a: cmd._options(p.parse_args(["--workload", "x", *a]))  # noqa: E731
-    assert parse().interleave is True
-    assert parse("--device", "cuda").interleave is False
-    assert parse("--no-interleave").interleave is False
-    assert parse("--device", "cuda", "--interleave").interleave is True
+    assert _cli_options().interleave is True
+    assert _cli_options("--device", "cuda").interleave is False
+    assert _cli_options("--no-interleave").interleave is False
+    assert _cli_options("--device", "cuda", "--interleave").interleave is True

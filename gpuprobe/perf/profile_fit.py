@@ -201,7 +201,7 @@ def step_gap_fit(steps: pd.DataFrame, requests: pd.DataFrame | None = None
         return 0.0, 0.0, 0.0
     keys = np.c_[n_out[busy], to_prefill[busy]]
     xs, ys = _medians(keys, gaps[busy], q=GAP_QUANTILE)
-    # Shapes seen once or twice (a burst's odd last step) are a gap each, not a median: one
+    # Shapes seen once or twice (a burst's odd last step) are a gap each, not a statistic: one
     # of 5.4 ms, weighed like 44 gaps of 0.3 ms, had lifted the monolithic worker's fit.
     _, counts = np.unique(keys, axis=0, return_counts=True)
     if (counts >= MIN_GAP_GROUP).sum() >= 2:
