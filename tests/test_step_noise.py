@@ -1,5 +1,6 @@
 """Step-time noise: measured from repeated steps of one shape, drawn by a seeded simulator."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -7,7 +8,8 @@ import pytest
 
 from gpuprobe.perf.costmodel import Overhead, Profile, simple_worker
 from gpuprobe.perf.profile import load_profile
-from gpuprobe.perf.profile_fit import fit_worker, step_noise
+from gpuprobe.perf.noise_fit import step_noise
+from gpuprobe.perf.profile_fit import fit_worker
 from gpuprobe.perf.simulator import simulate
 from gpuprobe.errors import UserError
 
@@ -102,3 +104,55 @@ def test_an_unknown_decode_attention_is_refused(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(UserError, match="decode_attention"):
         load_profile(str(path))
+
+
+def _decode_worker_steps(seed: int = 0):
+    """A split decode worker's calibration-like steps at B = 4, one every 3 ms, and the
+    server's request rows: an arrival every 20th step. A step an arrival falls in runs 3x."""
+    rng = np.random.default_rng(seed)
+    rows, reqs, t = [], [], 0.0
+    for j in range(400):
+        hit = j % 20 == 5
+        if hit:
+            reqs.append(dict(layout="intra", arrival_s=t + 0.0002, prefill_end_s=np.nan))
+        d = 0.001 * rng.lognormal(0, 0.05) * (3.0 if hit else 1.0)
+        rows.append(dict(layout="intra", role="decode", start_s=t, duration_s=d,
+                         num_prefill_tokens=0, num_prefill_seqs=0, num_decode_seqs=4,
+                         num_decode_ctx_tokens=4 * 64))
+        t += 0.003
+    return pd.DataFrame(rows), pd.DataFrame(reqs)
+
+
+def test_a_decode_workers_steps_the_front_worked_in_get_their_own_noise():
+    steps, reqs = _decode_worker_steps()
+    w = fit_worker(steps, "intra.decode", requests=reqs)
+    assert len(w.decode_event_noise) == 100 and len(w.decode_noise) == 100
+    assert w.decode_event_noise[50] == pytest.approx(3.0, rel=0.1)  # the steps arrivals hit
+    assert w.decode_noise[98] < 1.2                                 # the rest
+    # without the request rows, or for a worker that is not a split decode worker: one table
+    alone = fit_worker(steps, "intra.decode")
+    assert alone.decode_event_noise == () and alone.decode_noise[98] > 2.5
+    mono = fit_worker(steps.assign(role="mixed"), "monolithic", requests=reqs)
+    assert mono.decode_event_noise == ()
+    # too few event steps (under 20): the pooled table, as before
+    few, few_reqs = _decode_worker_steps()
+    assert fit_worker(few, "intra.decode", requests=few_reqs.iloc[:10]).decode_event_noise == ()
+
+
+def test_the_simulator_draws_the_event_table_for_steps_the_front_works_in():
+    wl = _trace()
+    quiet = (1.0,) * 100
+    calm = _profile(quiet)
+    w = calm.workers["intra.decode"]
+    bursty = replace(calm, workers={**calm.workers,
+                                    "intra.decode": replace(w, decode_event_noise=(5.0,) * 100)})
+    a = simulate(wl, calm, "intra", seed=3).summary
+    b = simulate(wl, bursty, "intra", seed=3).summary
+    c = simulate(wl, bursty, "intra", seed=3).summary
+    assert b == c  # deterministic for a seed
+    # the arrivals and first tokens hit some steps, not most: the tail grows, the median less
+    assert b["tbt_p99_s"] > 1.5 * a["tbt_p99_s"]
+    assert b["tbt_p50_s"] < 1.5 * a["tbt_p50_s"]
+    # the table travels in the profile
+    back = Profile.from_dict(json.loads(bursty.dumps()))
+    assert back.workers["intra.decode"].decode_event_noise == (5.0,) * 100

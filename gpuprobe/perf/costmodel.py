@@ -72,6 +72,10 @@ class StepCost:
     # a seeded draw from them; empty: every step exactly on the curve.
     prefill_noise: tuple[float, ...] = ()
     decode_noise: tuple[float, ...] = ()
+    # A decode worker's steps that a burst of the front's work fell in (front_events: an
+    # arrival, a first token, a KV import) spread wider: when this holds quantiles,
+    # decode_noise is the other steps' and the simulator draws from this one for those.
+    decode_event_noise: tuple[float, ...] = ()
     # Work beside the loop that comes with each request's arrival, on the worker's cores (a
     # front sharing them parses and tokenizes it): the worker's clock loses this much for
     # every request that arrives while it is busy. A burst per arrival, not a stretch of every
@@ -84,7 +88,7 @@ class StepCost:
 
     @property
     def noisy(self) -> bool:
-        return bool(self.prefill_noise or self.decode_noise)
+        return bool(self.prefill_noise or self.decode_noise or self.decode_event_noise)
 
     def step_fn(self):
         """A fast scalar function (T, Q, B, C, k) -> seconds, for the simulator's hot loop.
@@ -141,6 +145,7 @@ class StepCost:
                 "recv_s": self.recv_s, "recv_per_token_s": self.recv_per_token_s,
                 "decode_attention": self.decode_attention,
                 "prefill_noise": list(self.prefill_noise), "decode_noise": list(self.decode_noise),
+                "decode_event_noise": list(self.decode_event_noise),
                 "arrival_stall_s": self.arrival_stall_s,
                 "arrival_stall_per_token_s": self.arrival_stall_per_token_s,
                 "wake": [list(p) for p in self.wake]}
@@ -164,6 +169,7 @@ class StepCost:
                    decode_attention=attention,
                    prefill_noise=_noise(d.get("prefill_noise", ())),
                    decode_noise=_noise(d.get("decode_noise", ())),
+                   decode_event_noise=_noise(d.get("decode_event_noise", ())),
                    arrival_stall_s=float(d.get("arrival_stall_s", 0.0)),
                    arrival_stall_per_token_s=float(d.get("arrival_stall_per_token_s", 0.0)),
                    wake=_wake(d.get("wake", ())))

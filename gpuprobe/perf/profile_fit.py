@@ -22,10 +22,11 @@ from gpuprobe.perf.costmodel import (
     StepCost,
 )
 from gpuprobe.perf.fit import least_squares
+from gpuprobe.perf.front_events import decode_step_events
+from gpuprobe.perf.noise_fit import split_step_noise, step_noise
 
 MIN_GAP_GROUP = 3  # gaps of one shape before its statistic is fitted (step_gap_fit)
 GAP_QUANTILE = 25  # of each shape's busy gaps: the worker's own loop, not the front's turns
-MIN_NOISE_STEPS = 20  # repeated-shape steps needed to say how much steps vary
 STEP_COLS = ("duration_s", "num_prefill_tokens", "num_decode_seqs", "num_decode_ctx_tokens")
 
 
@@ -71,10 +72,14 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
     prefill = replace(prefill, coef=tuple(pc))
     decode = replace(decode, coef=(decode.coef[0], decode.coef[1] + per_token, decode.coef[2]))
     i0, i1 = import_fit(steps, gap0, per_token)  # a decode worker takes no prompts in
+    quiet, busy = step_noise(y[dec], np.c_[B[dec], c_bin]), ()
+    if _is_decode_worker(s):  # its steps the front's bursts fell in spread wider
+        quiet, busy = split_step_noise(y[dec], np.c_[B[dec], c_bin],
+                                       decode_step_events(s, requests)[dec])
     cost = StepCost(prefill=prefill, decode=decode, threads=threads, step_overhead_s=gap0,
                     import_s=i0, import_per_token_s=i1, decode_attention=attention,
                     prefill_noise=step_noise(y[pre], np.c_[T[pre], k[pre]]),
-                    decode_noise=step_noise(y[dec], np.c_[B[dec], c_bin]))
+                    decode_noise=quiet, decode_event_noise=busy)
     if mix.sum() >= 3:
         f = cost.step_fn()
         base = np.array([f(t, q, b, c, n) - cost.step_overhead_s
@@ -84,23 +89,10 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
     return cost
 
 
-def step_noise(y: np.ndarray, shapes: np.ndarray) -> tuple[float, ...]:
-    """NOISE_QUANTILES quantiles of each step's time over the median of the steps of its
-    shape, over shapes seen at least twice; () from fewer than MIN_NOISE_STEPS such steps.
-
-    The spread of repeated steps of one shape, not their spread around the fitted curve:
-    the curve's own misfit between sizes is not noise, and a simulator that drew it at random
-    would count it twice."""
-    if len(y) < MIN_NOISE_STEPS:
-        return ()
-    _, inv, counts = np.unique(shapes, axis=0, return_inverse=True, return_counts=True)
-    inv = inv.ravel()
-    median = np.array([np.median(y[inv == g]) for g in range(len(counts))])
-    ratio = (y / np.maximum(median[inv], 1e-12))[counts[inv] >= 2]
-    if len(ratio) < MIN_NOISE_STEPS:
-        return ()
-    q = np.quantile(ratio, (np.arange(NOISE_QUANTILES) + 0.5) / NOISE_QUANTILES)
-    return tuple(float(v) for v in np.maximum.accumulate(np.maximum(q, 1e-3)))
+def _is_decode_worker(steps: pd.DataFrame) -> bool:
+    """A split layout's decode worker, with the columns to place its steps in time."""
+    return ("role" in steps.columns and "start_s" in steps.columns and len(steps) > 0
+            and (steps["role"] == "decode").all())
 
 
 def decode_attention_of(steps: pd.DataFrame) -> str:

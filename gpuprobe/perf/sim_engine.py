@@ -29,6 +29,8 @@ import numpy as np
 from gpuprobe.engine.scheduler import Scheduler, SchedulerConfig
 from gpuprobe.engine.sequence import SeqStatus, Sequence
 from gpuprobe.perf.costmodel import StepCost
+from gpuprobe.perf.front_events import LEAD_S
+from gpuprobe.perf.sim_noise import noisy_step_fn
 from gpuprobe.perf.sim_timeline import macro_ends
 
 MIN_MACRO_STEPS = 1  # the bench and tests set it out of reach to get the single-step baseline
@@ -61,6 +63,13 @@ class SimEngine:
         self._noisy = rng is not None and cost.noisy
         if self._noisy:
             self.step_s = noisy_step_fn(cost, rng)
+        # A decode worker whose profile spreads its steps by the front's bursts (front_events):
+        # run()'s events_s and its own imports say which steps draw from the wider table.
+        self._by_event = self._noisy and bool(cost.decode_event_noise) and config.role == "decode"
+        self._base_s = cost.step_fn() if self._by_event else None
+        self._events: list[float] = [INF]
+        self._ej = 0
+        self._imported = False
         # step_fn's decode-only formula, unrolled into run()'s macro-step (same operations).
         self._dec = (*cost.decode.coef, cost.step_overhead_s, cost.scale)
         # (y + 0.0) * 1.0 == y for every step time y: the loop may skip both operations.
@@ -100,11 +109,15 @@ class SimEngine:
         self.max_decode_seqs = 0
 
     def run(self, ready_s: list[float], seqs: list[Sequence],
-            arrive_s: list[float] | None = None) -> None:
+            arrive_s: list[float] | None = None, events_s=None) -> None:
         """Feed seqs[i] at clock ready_s[i] (ascending) and run until all are done.
         arrive_s: when each request reached the front (ascending; ready_s[i] less the front's
         time), where the cost's arrival_stall_s (+ arrival_stall_per_token_s * the request's
-        prompt tokens) holds up a busy worker."""
+        prompt tokens) holds up a busy worker. events_s (a decode worker's, ascending): the
+        moments the front had a burst of work (front_events), for its decode_event_noise."""
+        if events_s is not None:
+            self._events = [*map(float, events_s), INF]
+            self._ej = 0
         sched, role = self.sched, self.config.role
         waiting, running = sched.waiting, sched.running
         min_macro = MIN_MACRO_STEPS  # read once: the bench and tests set it before a run
@@ -231,6 +244,7 @@ class SimEngine:
         while pending and add_prefilled(pending[0]):
             seq = pending.popleft()
             opened[seq.seq_id] = self.num_uniform
+            self._imported = True
             if imp is not None:  # the KV import holds up the next step (none: no term)
                 dt = imp(seq.num_computed_tokens)
                 t += dt
@@ -295,8 +309,11 @@ class SimEngine:
         tokens = dict.fromkeys([s.seq_id for s in decode], TOKEN)
         Q = _prefill_work(prefill, tokens)
         B = len(decode)
-        dt = self.step_s(T, Q, B, batch.num_decode_padded_tokens if self._padded
-                         else batch.num_decode_ctx_tokens, len(prefill))
+        C = batch.num_decode_padded_tokens if self._padded else batch.num_decode_ctx_tokens
+        if self._by_event:
+            dt = self.step_s(T, Q, B, C, len(prefill), self._front_event(t, T, Q, B, C))
+        else:
+            dt = self.step_s(T, Q, B, C, len(prefill))
         t += dt
         self.busy_s += dt
         idx = self.num_steps
@@ -326,6 +343,18 @@ class SimEngine:
                 opened[seq.seq_id] = self.num_uniform
         return t
 
+    def _front_event(self, t: float, T: int, Q: float, B: int, C: int) -> bool:
+        """Whether the step starting at t (on its curve) meets a front event: one of
+        run()'s events_s in [t - LEAD_S, its end], or a KV import just before it."""
+        if self._imported:
+            self._imported = False
+            return True
+        ev, j, lo = self._events, self._ej, t - LEAD_S
+        while ev[j] < lo:
+            j += 1
+        self._ej = j
+        return ev[j] <= t + self._base_s(T, Q, B, C)
+
     def _add_step(self, seq_id: str, idx: int) -> None:
         """A token of seq_id at step idx: extends its latest step run when that ends at idx."""
         pos = self._last_run.get(seq_id)
@@ -346,28 +375,6 @@ class SimEngine:
             self.run_ids.append(seq_id)
             self.run_starts.append(-start - 1)
             self.run_counts.append(self.num_uniform - start)
-
-
-def noisy_step_fn(cost: StepCost, rng: np.random.Generator, chunk: int = 4096):
-    """cost.step_fn() with each step's time, its loop overhead aside, multiplied by a draw
-    from the cost's noise quantiles (prefill_noise for a step with prefill tokens,
-    decode_noise otherwise; a kind without quantiles is not drawn for)."""
-    base = cost.step_fn()
-    ovh = cost.step_overhead_s * cost.scale
-    tables = {True: cost.prefill_noise, False: cost.decode_noise}
-    draws: dict[bool, list] = {True: [], False: []}
-
-    def step_s(T: int, Q: float, B: int, C: int, k: int | None = None) -> float:
-        dt = base(T, Q, B, C, k)
-        kind = bool(T)
-        table = tables[kind]
-        if not table:
-            return dt
-        pool = draws[kind]
-        if not pool:
-            pool.extend(rng.integers(0, len(table), chunk).tolist())
-        return ovh + (dt - ovh) * table[pool.pop()]
-    return step_s
 
 
 def _prefill_work(prefill, tokens: dict) -> int:

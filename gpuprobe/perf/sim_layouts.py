@@ -99,7 +99,10 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         order = np.argsort(handed_s, kind="stable").tolist()  # ties keep prefill order
         dec_cost = profile.worker(layout, "decode")
         dec = SimEngine(config.decode, dec_cost, rng(1))
-        dec.run(handed_s[order].tolist(), [pre.prefilled[k] for k in order])
+        events = None
+        if dec_cost.decode_event_noise and seed is not None:  # the front's bursts (front_events)
+            events = np.sort(np.r_[arrival_s, np_view(pre.prefilled_s) - _emit_lag(pre_cost)])
+        dec.run(handed_s[order].tolist(), [pre.prefilled[k] for k in order], events_s=events)
         first_eng = pre
         stats = {**_stats(pre, "prefill"), **_stats(dec, "decode")}
     n = len(seqs)
