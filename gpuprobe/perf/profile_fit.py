@@ -72,10 +72,11 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
     prefill = replace(prefill, coef=tuple(pc))
     decode = replace(decode, coef=(decode.coef[0], decode.coef[1] + per_token, decode.coef[2]))
     i0, i1 = import_fit(steps, gap0, per_token)  # a decode worker takes no prompts in
-    quiet, busy = step_noise(y[dec], np.c_[B[dec], c_bin]), ()
     if _is_decode_worker(s):  # its steps the front's bursts fell in spread wider
         quiet, busy = split_step_noise(y[dec], np.c_[B[dec], c_bin],
                                        decode_step_events(s, requests)[dec])
+    else:
+        quiet, busy = step_noise(y[dec], np.c_[B[dec], c_bin]), ()
     cost = StepCost(prefill=prefill, decode=decode, threads=threads, step_overhead_s=gap0,
                     import_s=i0, import_per_token_s=i1, decode_attention=attention,
                     prefill_noise=step_noise(y[pre], np.c_[T[pre], k[pre]]),
@@ -235,8 +236,7 @@ def import_fit(steps: pd.DataFrame, gap0: float, per_token: float) -> tuple[floa
     (gap0 + per_token * tokens out), against the requests it gained (at least the growth) and
     their context (the next step's context per sequence). (0, 0) for other roles or too few
     growth steps."""
-    if ("role" not in steps or not (steps["role"] == "decode").all() or "start_s" not in steps
-            or len(steps) < 4):
+    if not _is_decode_worker(steps) or len(steps) < 4:
         return 0.0, 0.0
     s = steps.sort_values("start_s")
     start, dur = s["start_s"].to_numpy(), s["duration_s"].to_numpy()
