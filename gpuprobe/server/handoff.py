@@ -1,13 +1,16 @@
 """Prefill -> decode KV handoff channels, seen from inside a worker process.
 
-PipeHandoff (intra): the KV tensors travel through a multiprocessing Pipe; torch's
-multiprocessing reductions pass a handle, not the bytes. On the CPU the storage moves to shared
-memory (one copy). On CUDA the KV stays in device memory: the prefill worker sends a CUDA IPC
-handle to a device copy, and the decode worker copies it into its cache on the GPU
-(GPUPROBE_INTRA_KV=host sends it through host shared memory instead, for comparison).
+PipeHandoff (intra): on the CPU the prefill worker copies the KV into a shared-memory ring both
+workers mapped at start (kv_ring) and the Pipe carries where it lies; the decode worker copies
+it into its cache and releases the span. A KV the ring has no room for goes as torch's
+multiprocessing reductions pass it: a handle to fresh shared memory. On CUDA the KV stays in
+device memory: the prefill worker sends a CUDA IPC handle to a device copy, and the decode
+worker copies it into its cache on the GPU (GPUPROBE_INTRA_KV=host sends it through the host
+ring instead, for comparison).
 TcpHandoff (cross): the KV is sent over TCP in chunks as raw bytes (kv_transfer); a receive
 thread in the decode worker reads it into one buffer, and records its CPU time.
-Both: send(meta, kv) on the prefill side; receive_ready() -> [(meta, kv)] on the decode side.
+Both: send(meta, kv) on the prefill side; receive_ready() -> [(meta, kv)] on the decode side,
+and release(meta) once the KV is in the decode worker's cache.
 """
 
 from __future__ import annotations
@@ -21,20 +24,27 @@ import torch
 import torch.multiprocessing  # registers the tensor reductions that Pipe.send uses
 
 from gpuprobe.server import kv_transfer
+from gpuprobe.server.kv_ring import KvRing, RingRef
 
 CONNECT_TIMEOUT_S = 30.0
 IPC_COLLECT_EVERY = 32  # intra on CUDA: hand-overs between frees of released IPC copies
 IO_TIMEOUT_S = 60.0
 
 
-def _map_tensors(obj, fn):
-    if isinstance(obj, torch.Tensor):
+def _map_tensors(obj, fn, kind=torch.Tensor):
+    if isinstance(obj, kind):
         return fn(obj)
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_map_tensors(o, fn) for o in obj)
+        return type(obj)(_map_tensors(o, fn, kind) for o in obj)
     if isinstance(obj, dict):
-        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+        return {k: _map_tensors(v, fn, kind) for k, v in obj.items()}
     return obj
+
+
+def _tensors(obj) -> list:
+    found = []
+    _map_tensors(obj, found.append)
+    return found
 
 
 def kv_nbytes(kv) -> int:
@@ -45,12 +55,13 @@ def kv_nbytes(kv) -> int:
 
 
 class PipeHandoff:
-    def __init__(self, role: str, conn):
-        self.role, self.conn = role, conn
+    def __init__(self, role: str, conn, ring: KvRing | None = None):
+        self.role, self.conn, self.ring = role, conn, ring
         self.address = None
         self.waitable = conn
         self.on_device = os.environ.get("GPUPROBE_INTRA_KV", "device") != "host"
         self._sent = 0
+        self.ring_misses = 0  # prefill: KVs the ring had no room for
 
     def _portable(self, t):
         t = t.detach()
@@ -59,6 +70,8 @@ class PipeHandoff:
         return t.to("cpu").clone()
 
     def send(self, meta: dict, kv) -> None:
+        if self._send_in_ring(meta, kv):
+            return
         # A clone: export_kv may return views of the whole cache, and sharing a view would
         # move the entire cache storage into shared memory.
         kv = _map_tensors(kv, self._portable)
@@ -69,11 +82,53 @@ class PipeHandoff:
             # allocation failure.
             torch.cuda.ipc_collect()
 
+    def _send_in_ring(self, meta: dict, kv) -> bool:
+        tensors = _tensors(kv)
+        if self.ring is None or any(t.is_cuda and self.on_device for t in tensors):
+            return False
+        sizes = [-(-t.numel() * t.element_size() // 64) * 64 for t in tensors]
+        span = self.ring.alloc(sum(sizes))
+        if span is None:
+            self.ring_misses += 1
+            return False
+        start, end, offset = span
+        places = iter(zip(tensors, sizes))
+
+        def place(t):
+            nonlocal offset
+            _, size = next(places)
+            n = t.numel() * t.element_size()
+            if n:
+                self.ring.view(offset, n).view(t.dtype).view(t.shape).copy_(t.detach())
+            ref = RingRef(offset, n, str(t.dtype).removeprefix("torch."), tuple(t.shape))
+            offset += size
+            return ref
+
+        refs = _map_tensors(kv, place)
+        self.conn.send(({**meta, "kv_bytes": sum(t.numel() * t.element_size() for t in tensors),
+                         "kv_ring_span": (start, end)}, refs))
+        return True
+
     def receive_ready(self) -> list:
         out = []
         while self.conn.poll():
-            out.append(self.conn.recv())
+            meta, kv = self.conn.recv()
+            if "kv_ring_span" in meta:
+                kv = _map_tensors(kv, self._ring_tensor, RingRef)
+            out.append((meta, kv))
         return out
+
+    def _ring_tensor(self, ref: RingRef):
+        dtype = getattr(torch, ref.dtype)
+        if not ref.nbytes:
+            return torch.empty(ref.shape, dtype=dtype)
+        return self.ring.view(ref.offset, ref.nbytes).view(dtype).view(ref.shape)
+
+    def release(self, meta: dict) -> None:
+        """The decode worker holds this KV in its cache now: its ring span may be reused."""
+        span = meta.get("kv_ring_span")
+        if span is not None and self.ring is not None:
+            self.ring.release(*span)
 
     def close(self) -> None:
         self.conn.close()
@@ -139,6 +194,9 @@ class TcpHandoff:
                 self._ready.put((meta, kv))
                 os.write(self._wake_w, b"x")
 
+    def release(self, meta: dict) -> None:
+        pass  # the KV arrived in a buffer of its own
+
     def receive_ready(self) -> list:
         out = []
         while True:
@@ -161,7 +219,7 @@ class TcpHandoff:
 
 def make_handoff(spec, peer):
     if spec.handoff == "pipe":
-        return PipeHandoff(spec.role, peer)
+        return PipeHandoff(spec.role, peer, KvRing(*spec.kv_ring) if spec.kv_ring else None)
     if spec.handoff == "tcp":
         return TcpHandoff(spec.role, spec.peer_addr)
     return None

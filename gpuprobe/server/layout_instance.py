@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from gpuprobe.server import kv_ring
 from gpuprobe.server.options import LayoutConfig
 from gpuprobe.server.worker import WorkerSpec, worker_main
 
@@ -54,6 +56,7 @@ class LayoutInstance:
         self.draining = False
         self.stopped = False
         self.started_s = time.time()
+        self._ring_path: str | None = None
 
     @property
     def name(self) -> str:
@@ -71,6 +74,7 @@ class LayoutInstance:
         """Spawn every worker and wait for all to load their model. Raises on failure."""
         loop = asyncio.get_running_loop()
         peers = self._peer_pipes()
+        self._attach_ring()
         for spec in self.specs:
             front, child = _CTX.Pipe()
             proc = _CTX.Process(target=worker_main, args=(spec, child, peers.get(spec.role)),
@@ -88,6 +92,28 @@ class LayoutInstance:
         except BaseException:
             await self.stop(timeout_s=2.0)
             raise
+        self._unlink_ring()  # both workers have it mapped; the memory lives while they do
+
+    def _attach_ring(self) -> None:
+        """Intra on the CPU (or GPUPROBE_INTRA_KV=host): the KV ring both workers map."""
+        piped = [s for s in self.specs if s.handoff == "pipe"]
+        host = os.environ.get("GPUPROBE_INTRA_KV", "device") == "host"
+        if not piped or not (host or all(s.device == "cpu" for s in piped)):
+            return
+        made = kv_ring.create_file()
+        if made is None:
+            return  # no room in /dev/shm: torch's per-handoff shared memory, as before
+        self._ring_path = made[0]
+        self.specs = [replace(s, kv_ring=made) if s.handoff == "pipe" else s
+                      for s in self.specs]
+
+    def _unlink_ring(self) -> None:
+        if self._ring_path:
+            try:
+                os.unlink(self._ring_path)
+            except FileNotFoundError:
+                pass
+            self._ring_path = None
 
     def _peer_pipes(self) -> dict:
         if not any(s.handoff == "pipe" for s in self.specs):
@@ -128,6 +154,7 @@ class LayoutInstance:
     async def stop(self, timeout_s: float = 10.0) -> None:
         """Ask every worker to stop (aborting what it still holds); kill those that linger."""
         self.stopped = True
+        self._unlink_ring()
         for w in self.workers.values():
             w.send(("stop",))
         deadline = time.monotonic() + timeout_s

@@ -36,6 +36,7 @@ class WorkerSpec:
     sm_share: float | None = None  # CUDA split layouts: this worker's share of the SMs
     handoff: str = "none"  # 'none' | 'pipe' | 'tcp'
     peer_addr: str | None = None  # tcp: the decode worker's listen address
+    kv_ring: tuple[str, int] | None = None  # pipe: the shared KV ring's (file, data bytes)
     model_overrides: dict = field(default_factory=dict)
 
 

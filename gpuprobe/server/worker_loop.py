@@ -153,6 +153,7 @@ class WorkerLoop:
                 still.append((meta, kv))
                 continue
             self.runner.import_kv(seq, kv)
+            self.handoff.release(meta)
             done_s = time.time()
             self.requests[meta["rid"]] = meta
             self.conn.send(("adopted", meta["rid"], {
