@@ -64,3 +64,11 @@ def test_replay_against_nothing_fails_with_one_line(tmp_path, broken_csv):
              "--no-progress", "--store", db)
     assert out.returncode == 1
     assert [ln for ln in out.stderr.splitlines() if ln.strip()][-1].startswith("gpuprobe replay: failed: none of 1")
+
+
+def test_serve_refuses_a_malformed_kv_ring_size(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUPROBE_KV_RING_MB", "2G")
+    out = gp("serve", "--layout", "intra", "--port", str(free_port()), "--store", str(tmp_path / "s.db"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "GPUPROBE_KV_RING_MB='2G'" in lines[0]

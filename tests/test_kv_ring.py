@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from gpuprobe.errors import UserError
 from gpuprobe.server import kv_ring
 from gpuprobe.server.handoff import PipeHandoff
 from gpuprobe.server.kv_ring import ALIGN, KvRing
@@ -66,3 +67,16 @@ def test_pipe_handoff_through_ring_and_fallback(ring_file):
 def test_create_file_off_when_asked(monkeypatch):
     monkeypatch.setenv("GPUPROBE_KV_RING_MB", "0")
     assert kv_ring.create_file() is None
+
+
+@pytest.mark.parametrize("raw,mb", [("", kv_ring.DEFAULT_MB), (" 64 ", 64), ("0", 0)])
+def test_ring_size_from_env(monkeypatch, raw, mb):
+    monkeypatch.setenv("GPUPROBE_KV_RING_MB", raw)
+    assert kv_ring.ring_mb() == mb
+
+
+@pytest.mark.parametrize("raw", ["-1", "2G", "1.5"])
+def test_malformed_ring_size_is_a_user_error(monkeypatch, raw):
+    monkeypatch.setenv("GPUPROBE_KV_RING_MB", raw)
+    with pytest.raises(UserError, match="GPUPROBE_KV_RING_MB"):
+        kv_ring.ring_mb()

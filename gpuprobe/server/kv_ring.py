@@ -42,12 +42,16 @@ class RingRef:
 
 
 def ring_mb() -> int:
-    """GPUPROBE_KV_RING_MB (0 turns the ring off), else DEFAULT_MB."""
-    raw = os.environ.get("GPUPROBE_KV_RING_MB", "")
-    try:
-        return max(0, int(raw)) if raw.strip() else DEFAULT_MB
-    except ValueError:
+    """GPUPROBE_KV_RING_MB, a whole number of MiB (0 turns the ring off), else DEFAULT_MB.
+    UserError naming the variable when it is not one (`serve` checks it before starting)."""
+    from gpuprobe.errors import UserError
+
+    raw = os.environ.get("GPUPROBE_KV_RING_MB", "").strip()
+    if not raw:
         return DEFAULT_MB
+    if not raw.isdigit():
+        raise UserError(f"GPUPROBE_KV_RING_MB={raw!r}: not a whole number of MiB (0 turns the ring off)")
+    return int(raw)
 
 
 def create_file(mb: int | None = None) -> tuple[str, int] | None:

@@ -35,6 +35,7 @@ def add_arguments(p) -> None:
 def options_from_args(args):
     """(ServeOptions, LayoutConfig) from parsed flags; UserError names the bad flag."""
     from gpuprobe.errors import UserError
+    from gpuprobe.server.kv_ring import ring_mb
     from gpuprobe.server.kv_transfer import parse_addr
     from gpuprobe.server.options import LayoutConfig, ServeOptions
 
@@ -43,6 +44,7 @@ def options_from_args(args):
             parse_addr(args.cross_decode_addr)
         except ValueError as exc:
             raise UserError(f"--cross-decode-addr: {exc}") from None
+    ring_mb()  # a malformed GPUPROBE_KV_RING_MB stops here, not in a layout switch later
     layout = LayoutConfig(args.layout, args.prefill_share, args.chunked_prefill_tokens)
     opts = ServeOptions(model=args.model, device=args.device, max_num_seqs=args.max_num_seqs,
                         max_queue=args.max_queue, kv_cache_mb=args.kv_cache_mb,
