@@ -75,7 +75,7 @@ def test_ring_size_from_env(monkeypatch, raw, mb):
     assert kv_ring.ring_mb() == mb
 
 
-@pytest.mark.parametrize("raw", ["-1", "2G", "1.5"])
+@pytest.mark.parametrize("raw", ["-1", "2G", "1.5", "\u00b2"])
 def test_malformed_ring_size_is_a_user_error(monkeypatch, raw):
     monkeypatch.setenv("GPUPROBE_KV_RING_MB", raw)
     with pytest.raises(UserError, match="GPUPROBE_KV_RING_MB"):

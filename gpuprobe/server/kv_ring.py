@@ -24,6 +24,8 @@ import struct
 import tempfile
 from dataclasses import dataclass
 
+from gpuprobe.errors import UserError
+
 HEADER_BYTES = 64
 ALIGN = 64
 DEFAULT_MB = 256
@@ -44,14 +46,16 @@ class RingRef:
 def ring_mb() -> int:
     """GPUPROBE_KV_RING_MB, a whole number of MiB (0 turns the ring off), else DEFAULT_MB.
     UserError naming the variable when it is not one (`serve` checks it before starting)."""
-    from gpuprobe.errors import UserError
-
     raw = os.environ.get("GPUPROBE_KV_RING_MB", "").strip()
     if not raw:
         return DEFAULT_MB
-    if not raw.isdigit():
+    try:
+        mb = int(raw)
+    except ValueError:
+        mb = -1
+    if mb < 0:
         raise UserError(f"GPUPROBE_KV_RING_MB={raw!r}: not a whole number of MiB (0 turns the ring off)")
-    return int(raw)
+    return mb
 
 
 def create_file(mb: int | None = None) -> tuple[str, int] | None:
