@@ -6,7 +6,15 @@ import pytest
 
 from gpuprobe.perf.costmodel import Profile, StepCost, simple_worker
 from gpuprobe.perf.simulator import simulate
-from gpuprobe.perf.wake import fit_wake, wake_fn, wake_samples
+from gpuprobe.perf.wake import (
+    SPREAD_QUANTILES,
+    fit_wake,
+    spread_wake_fn,
+    wake_fields,
+    wake_fn,
+    wake_samples,
+    wake_spread,
+)
 
 import pandas as pd
 
@@ -79,3 +87,67 @@ def test_the_wake_survives_the_profile_json_and_a_bad_one_is_refused():
     for bad in ([[0.3, 0.002], [0.1, 0.001]], [[0.0, 0.001]], [[0.1, -0.001]]):
         with pytest.raises(ValueError, match="wake"):
             StepCost.from_dict({**w.to_dict(), "wake": bad})
+
+
+def test_the_spread_is_how_far_the_probes_fell_from_the_curve():
+    # 0.1 s: medians 2 ms; the probes 1, 2, 2, 3 and one 15 ms outlier.
+    samples = [(0.1, x / 1e3) for x in (1, 2, 2, 3, 15)] + [(0.3, x / 1e3) for x in (2, 3, 4)]
+    fields = wake_fields(samples)
+    assert fields["wake"] == ((0.1, 0.002), (0.3, 0.003))
+    q = fields["wake_spread"]
+    assert len(q) == SPREAD_QUANTILES and list(q) == sorted(q)
+    assert q[0] == pytest.approx(-0.001, abs=2e-4) and q[-1] == pytest.approx(0.013, abs=1e-3)
+    assert wake_spread(samples[:7], fields["wake"]) == ()    # too few probes to say
+    assert wake_spread(samples, ()) == ()
+
+
+def test_a_drawn_wake_follows_the_probes_spread_never_goes_below_zero_and_fades_below_the_first_gap():
+    import numpy as np
+
+    points, spread = ((0.1, 0.002),), (-0.004, 0.0, 0.0, 0.010)
+    f = spread_wake_fn(points, spread, 1.0, np.random.default_rng(1))
+    draws = np.array([f(0.5) for _ in range(4000)])
+    assert set(np.round(draws * 1e3, 9)) == {0.0, 2.0, 12.0}   # 2 - 4 ms clipped at 0
+    assert draws.mean() == pytest.approx((0 + 0.002 + 0.002 + 0.012) / 4, rel=0.05)
+    assert f(0.0) == 0.0
+    small = {round(f(0.05) * 1e3, 9) for _ in range(200)}     # half the curve, half the spread
+    assert small == {0.0, 1.0, 6.0}
+    same = [spread_wake_fn(points, spread, 1.0, np.random.default_rng(7))(0.3) for _ in range(2)]
+    assert same[0] == same[1]
+    assert spread_wake_fn(points, (), 1.0, np.random.default_rng(1))(0.5) == pytest.approx(0.002)
+
+
+def test_idle_arrivals_pay_draws_from_the_spread_alike_at_the_median_longer_on_the_mean():
+    import numpy as np
+
+    base = simple_worker(0.002, 1e-5, 0, 0.001, 1e-4, 0)
+    # Probes: 2 ms most times, 20 ms one time in four (median 2 ms, mean 6.5 ms).
+    spread = tuple(sorted([0.0] * 30 + [0.018] * 10))
+    w_med = replace(base, wake=((0.1, 0.002),))
+    w_spread = replace(w_med, wake_spread=spread)
+    prof = lambda w: Profile(workers={"monolithic": w})
+    # 200 lone requests, 0.5 s apart: each finds the worker idle.
+    wl = _wl([(0.5 * i, 16, 1) for i in range(200)])
+    none = simulate(wl, prof(base), "monolithic", seed=3).requests["ttft_s"]
+    med = simulate(wl, prof(w_med), "monolithic", seed=3).requests["ttft_s"] - none
+    drawn = simulate(wl, prof(w_spread), "monolithic", seed=3).requests["ttft_s"] - none
+    assert np.allclose(med, 0.002)
+    assert np.median(drawn) == pytest.approx(0.002, abs=1e-9)
+    assert drawn.mean() == pytest.approx(0.0065, rel=0.25)
+    # The same seed, the same run; no seed, the curve alone.
+    again = simulate(wl, prof(w_spread), "monolithic", seed=3).requests["ttft_s"] - none
+    assert np.array_equal(drawn, again)
+    flat = simulate(wl, prof(w_spread), "monolithic", seed=None).requests["ttft_s"]
+    assert np.allclose(flat - simulate(wl, prof(base), "monolithic", seed=None).requests["ttft_s"],
+                       0.002)
+
+
+def test_the_spread_survives_the_profile_json_and_a_bad_one_is_refused():
+    w = replace(simple_worker(0.01, 1e-4, 0, 0.005, 1e-3, 0), wake=((0.1, 0.002),),
+                wake_spread=(-0.001, 0.0, 0.004))
+    assert StepCost.from_dict(w.to_dict()).wake_spread == w.wake_spread
+    assert StepCost.from_dict({k: v for k, v in w.to_dict().items()
+                               if k != "wake_spread"}).wake_spread == ()  # older profiles
+    for bad in ([0.002, 0.001], [float("nan")], [float("inf")]):
+        with pytest.raises(ValueError, match="wake_spread"):
+            StepCost.from_dict({**w.to_dict(), "wake_spread": bad})

@@ -85,6 +85,9 @@ class StepCost:
     # Waking the worker: ((idle gap s, extra s), ...) ascending, measured by calibration's
     # idle probes (wake.py); an input that reaches the idle worker waits wake_fn()(gap) more.
     wake: tuple[tuple[float, float], ...] = ()
+    # How far the idle probes fell from that curve (wake.wake_spread): quantiles in seconds,
+    # ascending, either sign; with an rng the simulator adds a draw from them to each wake-up.
+    wake_spread: tuple[float, ...] = ()
 
     @property
     def noisy(self) -> bool:
@@ -130,6 +133,15 @@ class StepCost:
         (times scale); None without a measured wake-up."""
         return wake_fn(self.wake, self.scale)
 
+    def wake_draw_fn(self, rng):
+        """wake_fn() with each wake-up plus a draw from wake_spread (rng: a Generator; None,
+        or no spread: wake_fn() itself)."""
+        if rng is None or not self.wake_spread:
+            return self.wake_fn()
+        from gpuprobe.perf.wake import spread_wake_fn
+
+        return spread_wake_fn(self.wake, self.wake_spread, self.scale, rng)
+
     def reasons_all(self) -> tuple[str, ...]:
         out = list(self.reasons) + list(self.prefill.reasons) + list(self.decode.reasons)
         if self.mixed_source == "default":
@@ -148,7 +160,7 @@ class StepCost:
                 "decode_event_noise": list(self.decode_event_noise),
                 "arrival_stall_s": self.arrival_stall_s,
                 "arrival_stall_per_token_s": self.arrival_stall_per_token_s,
-                "wake": [list(p) for p in self.wake]}
+                "wake": [list(p) for p in self.wake], "wake_spread": list(self.wake_spread)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepCost":
@@ -172,7 +184,8 @@ class StepCost:
                    decode_event_noise=_noise(d.get("decode_event_noise", ())),
                    arrival_stall_s=float(d.get("arrival_stall_s", 0.0)),
                    arrival_stall_per_token_s=float(d.get("arrival_stall_per_token_s", 0.0)),
-                   wake=_wake(d.get("wake", ())))
+                   wake=_wake(d.get("wake", ())),
+                   wake_spread=_spread(d.get("wake_spread", ())))
 
 
 def _noise(values, what: str = "step noise") -> tuple[float, ...]:
@@ -190,6 +203,14 @@ def _wake(points) -> tuple[tuple[float, float], ...]:
     if any(not (g > 0 and w >= 0 and w < float("inf")) for g, w in out) or gaps != sorted(set(gaps)):
         raise ValueError("wake must be (gap, seconds) pairs with gaps > 0 ascending, seconds >= 0")
     return out
+
+
+def _spread(values) -> tuple[float, ...]:
+    """A profile's wake-up spread: finite quantiles in seconds, ascending."""
+    q = tuple(float(v) for v in values)
+    if any(not abs(v) < float("inf") for v in q) or list(q) != sorted(q):
+        raise ValueError("wake_spread quantiles must be finite and ascending (seconds)")
+    return q
 
 
 @dataclass(frozen=True)

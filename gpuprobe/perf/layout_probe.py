@@ -145,12 +145,12 @@ class LayoutProbe:
         from dataclasses import replace
 
         from gpuprobe.perf.profile import first_token_role, worker_key
-        from gpuprobe.perf.wake import fit_wake
+        from gpuprobe.perf.wake import wake_fields
 
         key = worker_key(self.layout, first_token_role(self.layout))
-        wake = fit_wake([s for r in self.cal_runs for s in r.get("wake", ())])
-        if key in self.part["workers"] and wake:
-            self.part["workers"][key] = replace(self.part["workers"][key], wake=wake)
+        fields = wake_fields([s for r in self.cal_runs for s in r.get("wake", ())])
+        if key in self.part["workers"] and fields["wake"]:
+            self.part["workers"][key] = replace(self.part["workers"][key], **fields)
 
     def recalibrate(self, guard=None) -> None:
         """Another calibration pass, pooled with the ones before (_fit); after it, the first

@@ -21,7 +21,7 @@ from gpuprobe.perf.costmodel import (DECODE_TERMS, PREFILL_TERMS, Overhead, Prof
                                      kv_link_defaults)
 from gpuprobe.perf.fit import least_squares
 from gpuprobe.perf.profile_fit import fit_link, fit_worker, recv_fit
-from gpuprobe.perf.wake import fit_wake, wake_samples
+from gpuprobe.perf.wake import wake_fields, wake_samples
 
 
 def worker_key(layout: str, role: str) -> str:
@@ -44,7 +44,7 @@ def from_client(cal: dict, layout: str = "monolithic") -> Profile:
     workers = {worker_key(layout, r): cost for r in (("mixed",) if layout == "monolithic"
                                                      else ("prefill", "decode"))}
     first = worker_key(layout, first_token_role(layout))
-    workers[first] = replace(cost, wake=fit_wake(wake_samples(cal)))  # makes the first tokens
+    workers[first] = replace(cost, **wake_fields(wake_samples(cal)))  # makes the first tokens
     # Front end folded into the prefill intercept: measured, just not separable.
     return Profile(workers=workers, overhead=Overhead(source="folded into prefill intercept"),
                    name=f"client-{layout}", meta={"source": "client", "layout": layout})

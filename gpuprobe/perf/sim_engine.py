@@ -79,7 +79,10 @@ class SimEngine:
         self._stall_per_token = cost.arrival_stall_per_token_s if config.role != "decode" else 0.0
         # Waking from idle (calibration's idle probes time it through a request's first token,
         # which a decode worker does not make): charged when work finds the worker idle.
-        self._wake = cost.wake_fn() if config.role != "decode" else None
+        # Its spread is drawn from a generator of its own, so the step-noise draws are those
+        # of a profile without one.
+        self._wake = (cost.wake_draw_fn(rng.spawn(1)[0] if rng is not None else None)
+                      if config.role != "decode" else None)
         # The decode term's C: the sum of the contexts, or B * the longest (a padded call).
         self._padded = cost.decode_attention == "padded"
         self.sched._decode_run.track_max = self._padded

@@ -12,12 +12,22 @@ one's excess is its client TTFT less the median TTFT of the same size in the sam
 back-to-back sweep. The curve is the median excess per gap, pooled where it would fall with
 the gap and at least 0, with (0, 0) before it: the simulator charges wake_s(idle gap) when an
 input reaches an idle worker (StepCost.wake).
+
+The wake-up is not the same every time: one pass's probes at one gap ranged from nothing to
+18 ms over a 5 ms median. A lone request pays about the median, but a burst that reaches an
+idle worker queues behind whatever its first step took, so a curve of medians ran the
+bursts' TTFTs short (docs/model-log.md, "The wake-up's spread"). wake_spread keeps how far
+the probes fell from the curve, as quantiles in seconds; with an rng the simulator adds a
+draw from them to each wake-up (never below 0), scaled down with the gap below the first gap
+probed as the curve is.
 """
 from __future__ import annotations
 
 from bisect import bisect_right
 
 import numpy as np
+
+SPREAD_QUANTILES = 50  # the probes' residuals kept as this many quantiles, (i + 0.5) / 50
 
 
 def wake_samples(cal: dict) -> list[tuple[float, float]]:
@@ -73,4 +83,43 @@ def wake_fn(points: tuple[tuple[float, float], ...], scale: float = 1.0):
             return last
         g0, g1, w0 = gs[j - 1], gs[j], ws[j - 1]
         return w0 + (ws[j] - w0) * (gap - g0) / (g1 - g0)
+    return wake_s
+
+
+def wake_fields(samples: list[tuple[float, float]]) -> dict:
+    """StepCost fields from idle probes: {'wake': the curve, 'wake_spread': its spread}."""
+    points = fit_wake(samples)
+    return {"wake": points, "wake_spread": wake_spread(samples, points)}
+
+
+def wake_spread(samples: list[tuple[float, float]],
+                points: tuple[tuple[float, float], ...]) -> tuple[float, ...]:
+    """SPREAD_QUANTILES quantiles (seconds, ascending, any sign) of how far each idle probe's
+    excess fell from the fitted curve at its gap; () with fewer than 8 probes or no curve."""
+    f = wake_fn(points)
+    if f is None or len(samples) < 8:
+        return ()
+    res = np.array([excess - f(gap) for gap, excess in samples], float)
+    q = (np.arange(SPREAD_QUANTILES) + 0.5) / SPREAD_QUANTILES
+    return tuple(float(x) for x in np.quantile(res, q))
+
+
+def spread_wake_fn(points: tuple[tuple[float, float], ...], spread: tuple[float, ...],
+                   scale: float, rng: np.random.Generator, chunk: int = 1024):
+    """wake_fn(points, scale) plus a seeded draw from `spread` (times scale, and times
+    gap / the first gap probed below it), never below 0; wake_fn's when spread is empty."""
+    base = wake_fn(points, scale)
+    if base is None or not spread:
+        return base
+    table = np.asarray(spread, float) * scale
+    g0 = points[0][0]
+    pool: list[float] = []
+
+    def wake_s(gap: float) -> float:
+        if gap <= 0:
+            return 0.0
+        if not pool:
+            pool.extend(table[rng.integers(0, len(table), chunk)].tolist())
+        w = base(gap) + pool.pop() * min(1.0, gap / g0)
+        return w if w > 0.0 else 0.0
     return wake_s
