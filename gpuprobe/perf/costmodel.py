@@ -185,14 +185,17 @@ class StepCost:
                    arrival_stall_s=float(d.get("arrival_stall_s", 0.0)),
                    arrival_stall_per_token_s=float(d.get("arrival_stall_per_token_s", 0.0)),
                    wake=_wake(d.get("wake", ())),
-                   wake_spread=_spread(d.get("wake_spread", ())))
+                   wake_spread=_noise(d.get("wake_spread", ()), "wake_spread", positive=False))
 
 
-def _noise(values, what: str = "step noise") -> tuple[float, ...]:
-    """A profile's noise quantiles: finite, positive, ascending."""
+def _noise(values, what: str = "step noise", positive: bool = True) -> tuple[float, ...]:
+    """A profile's noise quantiles: finite, ascending, and positive (factors) unless not
+    `positive` (offsets in seconds, either sign)."""
     q = tuple(float(v) for v in values)
-    if any(not (v > 0 and v < float("inf")) for v in q) or list(q) != sorted(q):
-        raise ValueError(f"{what} quantiles must be positive, finite and ascending")
+    low = 0.0 if positive else -float("inf")
+    if any(not (low < v < float("inf")) for v in q) or list(q) != sorted(q):
+        raise ValueError(f"{what} quantiles must be {'positive, ' if positive else ''}finite "
+                         "and ascending")
     return q
 
 
@@ -203,14 +206,6 @@ def _wake(points) -> tuple[tuple[float, float], ...]:
     if any(not (g > 0 and w >= 0 and w < float("inf")) for g, w in out) or gaps != sorted(set(gaps)):
         raise ValueError("wake must be (gap, seconds) pairs with gaps > 0 ascending, seconds >= 0")
     return out
-
-
-def _spread(values) -> tuple[float, ...]:
-    """A profile's wake-up spread: finite quantiles in seconds, ascending."""
-    q = tuple(float(v) for v in values)
-    if any(not abs(v) < float("inf") for v in q) or list(q) != sorted(q):
-        raise ValueError("wake_spread quantiles must be finite and ascending (seconds)")
-    return q
 
 
 @dataclass(frozen=True)
