@@ -156,39 +156,3 @@ def test_the_simulator_draws_the_event_table_for_steps_the_front_works_in():
     # the table travels in the profile
     back = Profile.from_dict(json.loads(bursty.dumps()))
     assert back.workers["intra.decode"].decode_event_noise == (5.0,) * 100
-
-
-def test_steps_a_request_arrived_in_are_left_out_of_the_quiet_tables(tmp_path):
-    """A worker whose arrivals are charged as a stall draws noise from the steps no request
-    arrived in: in the full tables the arrival's time would be counted a second time."""
-    from gpuprobe.perf.contention import FrontCpu, arrival_stalled
-
-    steps = _noisy_steps(0.01)
-    # every third step runs 1.6x long, and a request arrives inside it
-    hit = np.arange(len(steps)) % 3 == 0
-    steps.loc[hit, "duration_s"] *= 1.6
-    arrivals = steps["start_s"][hit] + steps["duration_s"][hit] / 2
-    requests = pd.DataFrame({"arrival_s": arrivals.to_numpy()})
-    w = fit_worker(steps, "m", requests=requests)
-    for full, quiet in ((w.prefill_noise, w.prefill_quiet_noise),
-                        (w.decode_noise, w.decode_quiet_noise)):
-        assert full[-1] > 1.3  # the arrival steps are in the full table
-        assert quiet and quiet[-1] < 1.05 and quiet[0] > 0.95  # and not in the quiet one
-    # without request rows there is nothing to tell them apart by
-    bare = fit_worker(steps, "m")
-    assert bare.prefill_quiet_noise == () and bare.decode_quiet_noise == ()
-    # the stall takes the quiet tables (the input profile is not changed)
-    prof = Profile(workers={"monolithic": w})
-    stalled, _ = arrival_stalled(prof, FrontCpu(0.004, 0.0, "measured"))
-    s = stalled.workers["monolithic"]
-    assert s.prefill_noise == w.prefill_quiet_noise and s.decode_noise == w.decode_quiet_noise
-    assert prof.workers["monolithic"].prefill_noise == w.prefill_noise
-    stalled_bare, _ = arrival_stalled(Profile(workers={"monolithic": bare}),
-                                      FrontCpu(0.004, 0.0, "measured"))
-    assert stalled_bare.workers["monolithic"].prefill_noise == bare.prefill_noise
-    # and they travel in the profile JSON
-    path = tmp_path / "p.json"
-    path.write_text(prof.dumps())
-    back = load_profile(str(path)).workers["monolithic"]
-    assert back.prefill_quiet_noise == w.prefill_quiet_noise
-    assert back.decode_quiet_noise == w.decode_quiet_noise

@@ -132,14 +132,9 @@ def arrival_stalled(profile, front: FrontCpu):
     ms); one with an arrival ran 3.5-4.5 ms longer at the median and 6-8 ms on average,
     against 5.7-6.2 ms of CPU per request (docs/model-log.md). The per-token part (streaming
     each step's tokens) stays a stretch of the busy time (busy_stretch). Used for the
-    unpinned (monolithic) worker, whose threads meet at every op. Its step noise becomes the
-    steps' that no arrival fell in (StepCost.prefill_quiet_noise / decode_quiet_noise, when
-    measured): the steps an arrival fell in ran 1.35-1.5x their shape's median on average in
-    calibration, against 1.06-1.13x for the others, and the stall now charges that."""
+    unpinned (monolithic) worker, whose threads meet at every op."""
     w, wp = front.cpu_per_request_s, front.cpu_per_prompt_token_s
-    workers = {k: replace(c, arrival_stall_s=w, arrival_stall_per_token_s=wp,
-                          prefill_noise=c.prefill_quiet_noise or c.prefill_noise,
-                          decode_noise=c.decode_quiet_noise or c.decode_noise)
+    workers = {k: replace(c, arrival_stall_s=w, arrival_stall_per_token_s=wp)
                for k, c in profile.workers.items()}
     return (replace(profile, workers=workers),
             replace(front, cpu_per_request_s=0.0, cpu_per_prompt_token_s=0.0))

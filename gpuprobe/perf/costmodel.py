@@ -76,12 +76,6 @@ class StepCost:
     # arrival, a first token, a KV import) spread wider: when this holds quantiles,
     # decode_noise is the other steps' and the simulator draws from this one for those.
     decode_event_noise: tuple[float, ...] = ()
-    # prefill_noise and decode_noise again, from only the steps no request arrived in: where
-    # an arrival's CPU is charged as a stall of its own (arrival_stall_s, set by
-    # contention.arrival_stalled), the noise drawn must not hold it a second time. Empty:
-    # not measured (no request rows), and the full tables stand.
-    prefill_quiet_noise: tuple[float, ...] = ()
-    decode_quiet_noise: tuple[float, ...] = ()
     # Work beside the loop that comes with each request's arrival, on the worker's cores (a
     # front sharing them parses and tokenizes it): the worker's clock loses this much for
     # every request that arrives while it is busy. A burst per arrival, not a stretch of every
@@ -164,8 +158,6 @@ class StepCost:
                 "decode_attention": self.decode_attention,
                 "prefill_noise": list(self.prefill_noise), "decode_noise": list(self.decode_noise),
                 "decode_event_noise": list(self.decode_event_noise),
-                "prefill_quiet_noise": list(self.prefill_quiet_noise),
-                "decode_quiet_noise": list(self.decode_quiet_noise),
                 "arrival_stall_s": self.arrival_stall_s,
                 "arrival_stall_per_token_s": self.arrival_stall_per_token_s,
                 "wake": [list(p) for p in self.wake], "wake_spread": list(self.wake_spread)}
@@ -190,8 +182,6 @@ class StepCost:
                    prefill_noise=_noise(d.get("prefill_noise", ())),
                    decode_noise=_noise(d.get("decode_noise", ())),
                    decode_event_noise=_noise(d.get("decode_event_noise", ())),
-                   prefill_quiet_noise=_noise(d.get("prefill_quiet_noise", ())),
-                   decode_quiet_noise=_noise(d.get("decode_quiet_noise", ())),
                    arrival_stall_s=float(d.get("arrival_stall_s", 0.0)),
                    arrival_stall_per_token_s=float(d.get("arrival_stall_per_token_s", 0.0)),
                    wake=_wake(d.get("wake", ())),

@@ -50,17 +50,6 @@ def in_steps(start_s: np.ndarray, end_s: np.ndarray, events: np.ndarray) -> np.n
     return np.searchsorted(events, end_s, "right") > np.searchsorted(events, start_s - LEAD_S)
 
 
-def arrival_steps(steps: pd.DataFrame, requests: pd.DataFrame | None) -> np.ndarray | None:
-    """For step rows (start_s, duration_s), in their order: whether a request arrived in each
-    (its arrival_s in [start - LEAD_S, end]); None without the columns to tell."""
-    if requests is None or "arrival_s" not in requests.columns or "start_s" not in steps.columns:
-        return None
-    arrivals = requests["arrival_s"].to_numpy(float)
-    start = steps["start_s"].to_numpy(float)
-    return in_steps(start, start + steps["duration_s"].to_numpy(float),
-                    np.sort(arrivals[np.isfinite(arrivals)]))
-
-
 def decode_step_events(steps: pd.DataFrame, requests: pd.DataFrame | None) -> np.ndarray:
     """For a decode worker's step rows (start_s, duration_s, num_decode_seqs), in their
     order: whether the front worked in each, by event_times, or the step is the first after

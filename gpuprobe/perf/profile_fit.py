@@ -22,7 +22,7 @@ from gpuprobe.perf.costmodel import (
     StepCost,
 )
 from gpuprobe.perf.fit import least_squares
-from gpuprobe.perf.front_events import arrival_steps, decode_step_events
+from gpuprobe.perf.front_events import decode_step_events
 from gpuprobe.perf.noise_fit import split_step_noise, step_noise
 
 MIN_GAP_GROUP = 3  # gaps of one shape before its statistic is fitted (step_gap_fit)
@@ -81,12 +81,6 @@ def fit_worker(steps: pd.DataFrame, what: str = "worker", threads: int | None = 
                     import_s=i0, import_per_token_s=i1, decode_attention=attention,
                     prefill_noise=step_noise(y[pre], np.c_[T[pre], k[pre]]),
                     decode_noise=quiet, decode_event_noise=busy)
-    arrived = arrival_steps(s, requests)
-    if arrived is not None and not _is_decode_worker(s):
-        cost = replace(cost, prefill_quiet_noise=step_noise(y[pre & ~arrived],
-                                                            np.c_[T[pre & ~arrived], k[pre & ~arrived]]),
-                       decode_quiet_noise=step_noise(y[dec & ~arrived],
-                                                     np.c_[B[dec & ~arrived], c_bin[~arrived[dec]]]))
     if mix.sum() >= 3:
         f = cost.step_fn()
         base = np.array([f(t, q, b, c, n) - cost.step_overhead_s
