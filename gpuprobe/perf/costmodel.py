@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 from gpuprobe.perf.fit import Fit, fixed
-from gpuprobe.perf.wake import wake_fn
+from gpuprobe.perf.wake import spread_wake_fn, wake_fn
 
 PREFILL_TERMS = ("1", "T", "Q")
 BATCHED_PREFILL_TERMS = ("1", "T", "Q", "k")  # + per prompt in the step
@@ -136,10 +136,8 @@ class StepCost:
     def wake_draw_fn(self, rng):
         """wake_fn() with each wake-up plus a draw from wake_spread (rng: a Generator; None,
         or no spread: wake_fn() itself)."""
-        if rng is None or not self.wake_spread:
+        if rng is None:
             return self.wake_fn()
-        from gpuprobe.perf.wake import spread_wake_fn
-
         return spread_wake_fn(self.wake, self.wake_spread, self.scale, rng)
 
     def reasons_all(self) -> tuple[str, ...]:
