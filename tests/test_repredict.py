@@ -20,3 +20,5 @@ def test_a_file_that_is_not_a_dump_is_named(tmp_path, capsys):
 def test_passes_and_replays_must_be_positive(capsys):
     assert main(["--passes", "0", "x.pkl"]) == 2
     assert "--passes must be at least 1" in capsys.readouterr().err
+    assert main(["--sim-seeds", "0", "x.pkl"]) == 2
+    assert "--sim-seeds must be at least 1" in capsys.readouterr().err

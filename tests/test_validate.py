@@ -81,6 +81,7 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     assert [(r["predicted"], r["measured"]) for r in again["rows"]] == \
         [(r["predicted"], r["measured"]) for r in doc["rows"]]
     assert (again["best_measured"], again["best_predicted"]) == (doc["best_measured"], doc["best_predicted"])
+    _check_sim_seeds(dump)
     probe = dump["probes"]["intra"]
     passes, windows = probe["cal_runs"], probe["replay_windows"]
     if not interleave:  # one pass before the replays, the recheck after them
@@ -93,6 +94,35 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     assert passes[0]["window"][1] <= windows[0][0] and windows[1][1] <= passes[1]["window"][0]
     assert len(probe["cal_steps"]) == sum(len(p["steps"]) for p in passes)
     assert probe["calibrate_windows"] == [p["window"] for p in passes]
+
+
+def _check_sim_seeds(dump: dict) -> None:
+    """Each replay's prediction is the median over sim_seeds noise seeds (replay i draws
+    seeds i, i + R, i + 2R, ...), and the layout's the median over its replays."""
+    import types
+    from dataclasses import replace
+
+    import numpy as np
+
+    from gpuprobe.perf.contention import stretched
+    from gpuprobe.perf.layout_probe import scheduler_configs
+    from gpuprobe.perf.repredict import probes_from_dump
+    from gpuprobe.perf.validate import _contended, predict_layouts
+    from gpuprobe.perf.validate_drift import drift_factors, scaled_front
+
+    opts = replace(dump["options"], sim_seeds=3)
+    probes = probes_from_dump(dump, opts)
+    speed = types.SimpleNamespace(samples=lambda: dump["speed_rows"],
+                                  cores=tuple(int(c) for c in dump["speed_cores"]))
+    drift = drift_factors(speed, probes, opts) or None
+    profile, predicted, _, _ = predict_layouts(dump["schedule"], probes, opts, drift)
+    factors = (drift or {}).get("monolithic") or [{}] * opts.replays
+    R = len(factors)
+    per_replay = [np.median([_contended(dump["schedule"], stretched(profile, f), "monolithic",
+                                        scaled_front(probes["monolithic"].front_cpu, f), opts,
+                                        scheduler_configs(probes), i + R * j)[1].summary["ttft_p50_s"]
+                             for j in range(3)]) for i, f in enumerate(factors)]
+    assert predicted["monolithic"]["ttft_p50_s"] == pytest.approx(float(np.median(per_replay)))
 
 
 def _foreign_spinner(seconds: float) -> None:

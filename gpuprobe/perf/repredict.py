@@ -8,6 +8,7 @@ model, the simulator or the way passes are pooled can be scored on every run dum
     python -m gpuprobe.perf.repredict run1.pkl run2.pkl          # one line per run, then the tally
     python -m gpuprobe.perf.repredict --passes 1 --replays 3 runs/*.pkl   # as a one-pass run would
     python -m gpuprobe.perf.repredict --no-speed-probe runs/*.pkl
+    python -m gpuprobe.perf.repredict --sim-seeds 1 runs/*.pkl   # one noise seed per replay
 
 --passes N fits each layout on its first N calibration passes only, --replays K compares the
 first K replays only; so a run dumped with more of both (validate --replays 5) can stand for
@@ -70,7 +71,7 @@ def probes_from_dump(dump: dict, opts: ValidateOptions, passes: int | None = Non
 
 
 def repredict(dump: dict, passes: int | None = None, replays: int | None = None,
-              speed_probe: bool = True) -> dict:
+              speed_probe: bool = True, sim_seeds: int | None = None) -> dict:
     """The validate verdict on a dumped run's measurements with today's model: rows (as
     validate's), per-layout median p50 error, best measured and predicted, and whether the
     run meets issue 6's bar (every layout at most BAR, the same best layout)."""
@@ -78,6 +79,8 @@ def repredict(dump: dict, passes: int | None = None, replays: int | None = None,
 
     layouts = tuple(dump["probes"])
     opts = replace(dump.get("options") or ValidateOptions(), layouts=layouts)  # older dumps: defaults
+    # the simulator's seeds are the model's, not the run's: today's default unless asked
+    opts = replace(opts, sim_seeds=sim_seeds or ValidateOptions.sim_seeds)
     probes = probes_from_dump(dump, opts, passes, replays)
     opts = replace(opts, replays=min(len(p.replays) for p in probes.values()))
     speed = None
@@ -114,16 +117,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--passes", type=int, default=None, help="fit on the first N passes only")
     p.add_argument("--replays", type=int, default=None, help="compare the first K replays only")
     p.add_argument("--no-speed-probe", action="store_true", help="predict without the speed correction")
+    p.add_argument("--sim-seeds", type=int, default=None,
+                   help=f"simulator noise seeds per replay (default {ValidateOptions.sim_seeds})")
     args = p.parse_args(argv)
-    for name in ("passes", "replays"):
+    for name in ("passes", "replays", "sim_seeds"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            print(f"repredict: --{name} must be at least 1", file=sys.stderr)
+            print(f"repredict: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
     met = best = 0
     errors = []
     try:
         for path in args.dumps:
-            res = repredict(load_dump(path), args.passes, args.replays, not args.no_speed_probe)
+            res = repredict(load_dump(path), args.passes, args.replays, not args.no_speed_probe,
+                            args.sim_seeds)
             print(_line(path, res), flush=True)
             met += res["meets_bar"]
             best += res["best_measured"] == res["best_predicted"]
