@@ -99,22 +99,19 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
 def _check_sim_seeds(dump: dict) -> None:
     """Each replay's prediction is the median over sim_seeds noise seeds (replay i draws
     seeds i, i + R, i + 2R, ...), and the layout's the median over its replays."""
-    import types
     from dataclasses import replace
 
     import numpy as np
 
     from gpuprobe.perf.contention import stretched
     from gpuprobe.perf.layout_probe import scheduler_configs
-    from gpuprobe.perf.repredict import probes_from_dump
+    from gpuprobe.perf.repredict import dump_drift, probes_from_dump
     from gpuprobe.perf.validate import _contended, predict_layouts
-    from gpuprobe.perf.validate_drift import drift_factors, scaled_front
+    from gpuprobe.perf.validate_drift import scaled_front
 
     opts = replace(dump["options"], sim_seeds=3)
     probes = probes_from_dump(dump, opts)
-    speed = types.SimpleNamespace(samples=lambda: dump["speed_rows"],
-                                  cores=tuple(int(c) for c in dump["speed_cores"]))
-    drift = drift_factors(speed, probes, opts) or None
+    drift = dump_drift(dump, probes, opts)
     profile, predicted, _, _ = predict_layouts(dump["schedule"], probes, opts, drift)
     factors = (drift or {}).get("monolithic") or [{}] * opts.replays
     R = len(factors)

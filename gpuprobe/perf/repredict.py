@@ -70,24 +70,30 @@ def probes_from_dump(dump: dict, opts: ValidateOptions, passes: int | None = Non
     return out
 
 
+def dump_drift(dump: dict, probes: dict, opts) -> dict | None:
+    """validate_drift.drift_factors from the speed probe's readings the dump kept (None
+    without them or without a correction)."""
+    from gpuprobe.perf.validate_drift import drift_factors
+
+    if dump.get("speed_rows") is None:
+        return None
+    speed = types.SimpleNamespace(samples=lambda: dump["speed_rows"],
+                                  cores=tuple(int(c) for c in dump["speed_cores"]))
+    return drift_factors(speed, probes, opts) or None
+
+
 def repredict(dump: dict, passes: int | None = None, replays: int | None = None,
               speed_probe: bool = True, sim_seeds: int | None = None) -> dict:
     """The validate verdict on a dumped run's measurements with today's model: rows (as
     validate's), per-layout median p50 error, best measured and predicted, and whether the
     run meets issue 6's bar (every layout at most BAR, the same best layout)."""
-    from gpuprobe.perf.validate_drift import drift_factors
-
     layouts = tuple(dump["probes"])
-    opts = replace(dump.get("options") or ValidateOptions(), layouts=layouts)  # older dumps: defaults
-    # the simulator's seeds are the model's, not the run's: today's default unless asked
-    opts = replace(opts, sim_seeds=sim_seeds or ValidateOptions.sim_seeds)
+    # older dumps: default options; the simulator's seeds are the model's, not the run's
+    opts = replace(dump.get("options") or ValidateOptions(), layouts=layouts,
+                   sim_seeds=sim_seeds or ValidateOptions.sim_seeds)
     probes = probes_from_dump(dump, opts, passes, replays)
     opts = replace(opts, replays=min(len(p.replays) for p in probes.values()))
-    speed = None
-    if speed_probe and dump.get("speed_rows") is not None:
-        speed = types.SimpleNamespace(samples=lambda: dump["speed_rows"],
-                                      cores=tuple(int(c) for c in dump["speed_cores"]))
-    drift = drift_factors(speed, probes, opts) or None
+    drift = dump_drift(dump, probes, opts) if speed_probe else None
     _, predicted, _, _ = predict_layouts(dump["schedule"], probes, opts, drift)
     per_replay = measured_summaries(probes, layouts, opts.slo)
     measured = {k: median_summary(v) for k, v in per_replay.items()}

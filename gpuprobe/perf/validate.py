@@ -213,15 +213,15 @@ def predict_layouts(sim_wl: pd.DataFrame, probes: dict, opts: ValidateOptions,
         # luck is every window's: seeds 0-2 alone ran monolithic's TTFT p50 3.5% below the
         # model's own expectation on all 31 windows alike (docs/model-log.md, "Seeds").
         factors = (drift or {}).get(layout) or [{}] * opts.replays
-        firsts, per_replay = [], []
+        per_replay = []
         for i, f in enumerate(factors):
             sims = [_contended(sim_wl, stretched(prof, f), layout, scaled_front(front, f), opts,
                                configs, i + len(factors) * j) for j in range(opts.sim_seeds)]
-            firsts.append(sims[0])
             per_replay.append(median_summary([res.summary for _, res in sims]))
-        stretch[layout] = firsts[0][0]
+            if i == 0:
+                stretch[layout] = sims[0][0]
+                confidence[layout] = sims[0][1].summary["confidence"]
         predicted[layout] = median_summary(per_replay)
-        confidence[layout] = firsts[0][1].summary["confidence"]
     return profile, predicted, confidence, stretch
 
 
