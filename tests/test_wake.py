@@ -10,6 +10,7 @@ from gpuprobe.perf.wake import (
     SPREAD_QUANTILES,
     fit_wake,
     spread_wake_fn,
+    step_wake_samples,
     wake_fields,
     wake_fn,
     wake_samples,
@@ -31,6 +32,38 @@ def test_samples_are_the_excess_over_the_same_size_back_to_back():
     got = wake_samples(cal)
     assert got == [(0.1, pytest.approx(0.002)), (0.3, pytest.approx(0.001))]
     assert wake_samples({"prefill": cal["prefill"]}) == []  # an old calibration: no probes
+
+
+def _row(n, arrival, start, dur, out=1):
+    return {"prompt_tokens": n, "output_tokens": out, "arrival_s": arrival,
+            "prefill_start_s": start, "prefill_end_s": start + dur}
+
+
+def test_step_samples_are_the_probes_extra_step_time_over_the_same_size_back_to_back():
+    sweep = pd.DataFrame([_row(64, 0, 0, 0.004), _row(64, 1, 1, 0.006), _row(64, 2, 2, 0.005),
+                          _row(128, 3, 3, 0.008),
+                          _row(64, 4, 4, 0.050, out=24)])   # a decode burst's: not the sweep's
+    # Server rows out of order: they pair with the gaps by arrival, the order they were sent.
+    probes = pd.DataFrame([_row(128, 11, 11.01, 0.011), _row(64, 10, 10.001, 0.009),
+                           _row(256, 12, 12, 0.040)])       # no back-to-back 256: left out
+    got = step_wake_samples([0.1, 0.3, 0.3], sweep, probes)
+    assert got == [(0.1, pytest.approx(0.004)), (0.3, pytest.approx(0.003))]
+    # Rows that do not pair with the probes sent: [] (the caller keeps the client's excess).
+    assert step_wake_samples([0.1, 0.3], sweep, probes) == []
+    assert step_wake_samples([0.1, 0.3, 0.3], sweep, probes.drop(columns="prefill_end_s")) == []
+
+
+def test_a_pass_wake_comes_from_the_steps_where_the_rows_pair_else_from_the_client():
+    from gpuprobe.perf.layout_probe import _wake_of
+
+    sweep = pd.DataFrame([_row(64, 0, 0, 0.004)])
+    probes = pd.DataFrame([_row(64, 10, 10, 0.007)])
+    client = [(0.1, 0.009)]
+    assert _wake_of({"wake": client, "requests": sweep, "probe_requests": probes}) == \
+        [(0.1, pytest.approx(0.003))]
+    assert _wake_of({"wake": client, "requests": sweep, "probe_requests": probes.iloc[:0]}) == client
+    assert _wake_of({"wake": client}) == client
+    assert _wake_of({"requests": sweep, "probe_requests": probes}) == []
 
 
 def test_fit_takes_medians_clips_at_zero_and_pools_where_it_would_fall_with_the_gap():

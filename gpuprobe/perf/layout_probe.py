@@ -141,14 +141,15 @@ class LayoutProbe:
 
     def _fit_wake(self) -> None:
         """The idle probes of every pass, pooled, as the wake-up of the worker that makes the
-        first tokens (the monolithic or the prefill worker)."""
+        first tokens (the monolithic or the prefill worker): how much longer the probes' own
+        prefill steps took than the same sizes back to back (_wake_of)."""
         from dataclasses import replace
 
         from gpuprobe.perf.profile import first_token_role, worker_key
         from gpuprobe.perf.wake import wake_fields
 
         key = worker_key(self.layout, first_token_role(self.layout))
-        fields = wake_fields([s for r in self.cal_runs for s in r.get("wake", ())])
+        fields = wake_fields([s for r in self.cal_runs for s in _wake_of(r)])
         if key in self.part["workers"] and fields["wake"]:
             self.part["workers"][key] = replace(self.part["workers"][key], **fields)
 
@@ -268,6 +269,19 @@ def scheduler_configs(probes: dict) -> LayoutConfig:
         kw["prefill"] = split.scheduler_config("prefill")
         kw["decode"] = split.scheduler_config("decode")
     return LayoutConfig(**kw)
+
+
+def _wake_of(run: dict) -> list[tuple[float, float]]:
+    """One pass's wake-up samples: the idle probes' extra prefill-step time from the server's
+    rows (wake.step_wake_samples), or, where those do not pair with the probes, the client's
+    TTFT excess the pass kept (run['wake'])."""
+    from gpuprobe.perf.wake import step_wake_samples
+
+    client = list(run.get("wake", ()))
+    probes = run.get("probe_requests")
+    if probes is None or not client:
+        return client
+    return step_wake_samples([g for g, _ in client], run["requests"], probes) or client
 
 
 def _no_front_cpu():

@@ -8,8 +8,10 @@ sends each request after the last one's reply, so its fit never sees it. On a GP
 drop while idle do the same.
 
 Calibration sends a few prompts of sweep sizes after paused gaps (calibrate.WAKE_GAPS); each
-one's excess is its client TTFT less the median TTFT of the same size in the same pass's
-back-to-back sweep. The curve is the median excess per gap, pooled where it would fall with
+one's excess is how much longer its prefill step took on the server than the median step of
+the same size in the same pass's back-to-back sweep (step_wake_samples; where the server's
+rows are not there, as for a client-only profile, its client TTFT less the sweep's median
+TTFT of that size, wake_samples). The curve is the median excess per gap, pooled where it would fall with
 the gap and at least 0, with (0, 0) before it: the simulator charges wake_s(idle gap) when an
 input reaches an idle worker (StepCost.wake).
 
@@ -24,8 +26,12 @@ probed as the curve is.
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SPREAD_QUANTILES = 50  # the probes' residuals kept as this many quantiles, (i + 0.5) / 50
 
@@ -43,6 +49,33 @@ def wake_samples(cal: dict) -> list[tuple[float, float]]:
         ref = base.get(int(r["prompt_tokens"]))
         if ref and r.get("status") == "ok" and r.get("ttft_s") is not None:
             out.append((float(r["idle_s"]), float(r["ttft_s"]) - float(np.median(ref))))
+    return out
+
+
+def step_wake_samples(gaps: list[float], sweep: pd.DataFrame, probes: pd.DataFrame
+                      ) -> list[tuple[float, float]]:
+    """[(idle gap s, extra prefill-step s)] from the server's rows: each idle probe's prefill
+    step (prefill_start_s to prefill_end_s) less the median of the back-to-back sweep's
+    one-token requests of its size. gaps: the probes' idle times in the order they were sent
+    (one at a time, so the server rows sorted by arrival pair with them); [] when the rows do
+    not pair (a count that differs, a column missing): the caller keeps the client's excess.
+
+    Why the step and not the client's TTFT: the rest of a probe's excess (queueing, the front
+    and the client waking) was not there in the replays. Requests that reached an idle server
+    after 30-300 ms were predicted 16-21% long (monolithic, code windows) with the client's
+    excess as the wake-up, while the replays' own first steps after idle ran about as much
+    over the curve as the probes' steps did (docs/model-log.md, "The wake-up from the step")."""
+    need = {"prompt_tokens", "output_tokens", "prefill_start_s", "prefill_end_s"}
+    if len(probes) != len(gaps) or not gaps or not need <= set(sweep) or not need <= set(probes):
+        return []
+    one = sweep[sweep["output_tokens"] == 1]
+    base = (one["prefill_end_s"] - one["prefill_start_s"]).groupby(one["prompt_tokens"]).median()
+    out = []
+    for gap, (_, row) in zip(gaps, probes.sort_values("arrival_s").iterrows()):
+        ref = base.get(row["prompt_tokens"])
+        dur = row["prefill_end_s"] - row["prefill_start_s"]
+        if ref is not None and np.isfinite(ref) and np.isfinite(dur):
+            out.append((float(gap), float(dur - ref)))
     return out
 
 
