@@ -11,9 +11,9 @@ Calibration sends a few prompts of sweep sizes after paused gaps (calibrate.WAKE
 one's excess is how much longer its prefill step took on the server than the median step of
 the same size in the same pass's back-to-back sweep (step_wake_samples; where the server's
 rows are not there, as for a client-only profile, its client TTFT less the sweep's median
-TTFT of that size, wake_samples). The curve is the median excess per gap, pooled where it would fall with
-the gap and at least 0, with (0, 0) before it: the simulator charges wake_s(idle gap) when an
-input reaches an idle worker (StepCost.wake).
+TTFT of that size, wake_samples). The curve is the median excess per gap, pooled where it
+would fall with the gap and at least 0, with (0, 0) before it: the simulator charges
+wake_s(idle gap) when an input reaches an idle worker (StepCost.wake).
 
 The wake-up is not the same every time: one pass's probes at one gap ranged from nothing to
 18 ms over a 5 ms median. A lone request pays about the median, but a burst that reaches an
@@ -65,7 +65,7 @@ def step_wake_samples(gaps: list[float], sweep: pd.DataFrame, probes: pd.DataFra
     after 30-300 ms were predicted 16-21% long (monolithic, code windows) with the client's
     excess as the wake-up, while the replays' own first steps after idle ran about as much
     over the curve as the probes' steps did (docs/model-log.md, "The wake-up from the step")."""
-    need = {"prompt_tokens", "output_tokens", "prefill_start_s", "prefill_end_s"}
+    need = {"arrival_s", "prompt_tokens", "output_tokens", "prefill_start_s", "prefill_end_s"}
     if len(probes) != len(gaps) or not gaps or not need <= set(sweep) or not need <= set(probes):
         return []
     one = sweep[sweep["output_tokens"] == 1]
