@@ -114,6 +114,23 @@ def test_an_input_that_finds_the_worker_idle_waits_for_it_to_wake_and_one_that_f
         pytest.approx(simulate(wl, prof(base), "intra").requests["ttft_s"][0] + 0.02)
 
 
+def test_the_wake_lengthens_the_first_step_and_what_comes_meanwhile_waits_for_the_next():
+    # The wake is fitted on the probes' prefill steps, so it belongs to the step that woke the
+    # worker: a burst that lands during it is not folded into that step (a delay before the
+    # batch was formed had the burst's prompts join it, and the first request waited for
+    # them all), it waits for the next one.
+    base = simple_worker(0.01, 1e-4, 1e-8, 0.005, 1e-3, 1e-6)
+    w = replace(base, wake=((0.1, 0.02),))
+    prof = Profile(workers={"monolithic": w, "intra.prefill": w, "intra.decode": base,
+                            "cross.prefill": w, "cross.decode": base})
+    alone = simulate(_wl([(0.0, 16, 2)]), prof, "monolithic").requests
+    burst = simulate(_wl([(0.0, 16, 2), (0.005, 512, 2), (0.006, 512, 2)]), prof,
+                     "monolithic").requests
+    assert burst["ttft_s"][0] == pytest.approx(alone["ttft_s"][0], abs=1e-12)
+    first = burst["arrival_s"] + burst["ttft_s"]
+    assert first[1] > first[0] + 0.01  # a later step than the first one's
+
+
 def test_the_wake_survives_the_profile_json_and_a_bad_one_is_refused():
     w = replace(simple_worker(0.01, 1e-4, 0, 0.005, 1e-3, 0), wake=((0.03, 0.0), (0.3, 0.002)))
     assert StepCost.from_dict(w.to_dict()).wake == w.wake

@@ -17,7 +17,8 @@ split layout), because a worker's speed depends on its share of the device:
     each arrival   + arrival_stall_s          on a busy worker's clock (the front's burst of
                    + arrival_stall_per_token_s * prompt tokens   work per request and per
                                               prompt token on its cores; validate sets it)
-                   + wake_s(idle gap)         on an idle one (waking it: wake.py)
+    first step on  + wake_s(idle gap)         an idle worker (waking it: wake.py); inputs that
+                                              come meanwhile wait for the next step
 
 times `scale` (a worker derived from another at a smaller share runs slower). A `Profile`
 holds the workers, the KV handoff (latency + bytes / bandwidth, per link kind) and the front
@@ -83,7 +84,8 @@ class StepCost:
     arrival_stall_s: float = 0.0
     arrival_stall_per_token_s: float = 0.0  # ... and per prompt token of the arriving request
     # Waking the worker: ((idle gap s, extra s), ...) ascending, measured by calibration's
-    # idle probes (wake.py); an input that reaches the idle worker waits wake_fn()(gap) more.
+    # idle probes (wake.py); the step that an input which finds the worker idle starts takes
+    # wake_fn()(gap) longer.
     wake: tuple[tuple[float, float], ...] = ()
     # How far the idle probes fell from that curve (wake.wake_spread): quantiles in seconds,
     # ascending, either sign; with an rng the simulator adds a draw from them to each wake-up.
@@ -129,7 +131,7 @@ class StepCost:
         return lambda tokens: (i0 + i1 * tokens) * s
 
     def wake_fn(self):
-        """(idle gap s) -> seconds an input that finds the worker idle waits for it to wake
+        """(idle gap s) -> seconds the first step after an idle gap takes over its curve
         (times scale); None without a measured wake-up."""
         return wake_fn(self.wake, self.scale)
 

@@ -77,8 +77,9 @@ class SimEngine:
         self._import = cost.import_fn() if config.role == "decode" else None
         self._stall = cost.arrival_stall_s if config.role != "decode" else 0.0
         self._stall_per_token = cost.arrival_stall_per_token_s if config.role != "decode" else 0.0
-        # Waking from idle (calibration's idle probes time it through a request's first token,
-        # which a decode worker does not make): charged when work finds the worker idle.
+        # Waking from idle (calibration's idle probes time it on their prefill steps, which a
+        # decode worker does not run): added to the step that work finding the worker idle
+        # starts; the batch is what is there when it starts, as on the server.
         # Its spread is drawn from a generator of its own, so the step-noise draws are those
         # of a profile without one.
         self._wake = (cost.wake_draw_fn(rng.spawn(1)[0] if rng is not None else None)
@@ -182,10 +183,10 @@ class SimEngine:
                     idle_from = t
                 t = max(t, next_s)
                 continue
-            if idle_from is not None:  # work has found the worker idle: it wakes first,
-                t += wake(t - idle_from)  # then takes what came meanwhile too (a delay, not
-                idle_from = None          # work: not in busy_s, which sets the front's stretch)
-                continue
+            woke = 0.0
+            if idle_from is not None:  # work has found the worker idle: its first step runs
+                woke = wake(t - idle_from)  # longer, on the batch there now; what comes
+                idle_from = None  # meanwhile waits for the next step (and woke is not busy_s)
             if plan is not None and not waiting:  # (a waiting prompt: no uniform step next)
                 k, C = plan(TOKEN)
                 if k >= min_macro:
@@ -228,7 +229,7 @@ class SimEngine:
                     if B > self.max_decode_seqs:
                         self.max_decode_seqs = B
                     continue
-            stepped = step(t)
+            stepped = step(t + woke)  # (woke > 0: a prompt waits, so no macro-step came first)
             if stepped is None:  # nothing schedulable until something arrives
                 if i >= n:
                     self.rejected.extend(waiting)

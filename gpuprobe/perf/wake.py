@@ -13,7 +13,9 @@ the same size in the same pass's back-to-back sweep (step_wake_samples; where th
 rows are not there, as for a client-only profile, its client TTFT less the sweep's median
 TTFT of that size, wake_samples). The curve is the median excess per gap, pooled where it
 would fall with the gap and at least 0, with (0, 0) before it: the simulator charges
-wake_s(idle gap) when an input reaches an idle worker (StepCost.wake).
+wake_s(idle gap) on the step that an input reaching an idle worker starts (StepCost.wake):
+the batch is what is there when it starts, and what comes during it waits for the next step,
+as on the server, where the step itself runs slow.
 
 The wake-up is not the same every time: one pass's probes at one gap ranged from nothing to
 18 ms over a 5 ms median. A lone request pays about the median, but a burst that reaches an
