@@ -1,4 +1,4 @@
-"""Request, step, run, event and decision records: plain dicts in, DataFrames out.
+"""Request, step, run and event records: plain dicts in, DataFrames out.
 
 Each table's columns are listed here once; `insert_*` takes dicts keyed by those names (missing
 keys are NULL, unknown keys are an error so typos do not silently drop data).
@@ -26,12 +26,12 @@ STEP_COLUMNS = (
 LAYOUT_EVENT_COLUMNS = ("ts_s", "host", "run_id", "from_layout", "to_layout", "prefill_share",
                         "actor", "reason", "status", "detail")
 EVENT_COLUMNS = ("ts_s", "host", "source", "device", "kind", "message")
-FORECAST_COLUMNS = ("created_s", "workload", "model", "target_s", "metric", "value", "lo", "hi")
-RECOMMENDATION_COLUMNS = ("created_s", "host", "workload", "layout", "prefill_share", "confidence",
-                          "slo", "evidence", "applied_s")
-_JSON_COLUMNS = {"token_times", "detail", "slo", "evidence"}
+_JSON_COLUMNS = {"token_times", "detail", "slo", "evidence", "params", "candidates", "reasons",
+                 "body", "forecast", "predicted", "outcome"}
 # Values for NOT NULL columns a record leaves out.
-_DEFAULTS = {"host": "", "run_id": "", "status": "ok", "detail": "{}", "slo": "{}", "evidence": "{}"}
+_DEFAULTS = {"host": "", "run_id": "", "status": "ok", "detail": "{}", "slo": "{}", "evidence": "{}",
+             "params": "{}", "candidates": "[]", "reasons": "[]", "body": "{}", "forecast": "{}",
+             "predicted": "{}"}
 
 
 def _row(table: str, columns: tuple[str, ...], record: Mapping[str, Any]) -> tuple:
@@ -107,18 +107,6 @@ class RecordTables:
 
     def events(self, source: str | None = None, since_s: float | None = None) -> pd.DataFrame:
         return self._select("events", {"source": source}, "ts_s", since_s, "ts_s")
-
-    def insert_forecasts(self, records: Iterable[Mapping[str, Any]]) -> int:
-        return self._insert("forecasts", FORECAST_COLUMNS, records)
-
-    def forecasts(self, workload: str | None = None) -> pd.DataFrame:
-        return self._select("forecasts", {"workload": workload}, "target_s")
-
-    def insert_recommendations(self, records: Iterable[Mapping[str, Any]]) -> int:
-        return self._insert("recommendations", RECOMMENDATION_COLUMNS, records)
-
-    def recommendations(self, workload: str | None = None) -> pd.DataFrame:
-        return self._select("recommendations", {"workload": workload}, "created_s")
 
     def save_profile(self, name: str, body: dict, target: str | None = None) -> None:
         self._write(lambda: self._conn.execute(

@@ -121,6 +121,58 @@ ALTER TABLE steps ADD COLUMN num_decode_padded_tokens INTEGER;
 ALTER TABLE steps ADD COLUMN prefill_q_tokens2 INTEGER;
 """
 
+# Version 5: the decision half. recommendations gain what `recommend` decides on (params,
+# candidates with their predicted metrics, reasons with evidence, a confidence word, the
+# searched goodput, the margin over the runner-up, which profile; where it was applied);
+# forecasts gain the forecast each row belongs to (forecast_id), its origin and bucket, and
+# both interval levels (lo/hi stay as the 80% one for older readers); validations keep
+# validate's results (for "the last validate error"); decisions is the autopilot's audit log
+# (its outcome filled in after the next interval); locks hold one autopilot per target.
+_V5 = """
+ALTER TABLE recommendations ADD COLUMN params TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE recommendations ADD COLUMN candidates TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE recommendations ADD COLUMN reasons TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE recommendations ADD COLUMN confidence_label TEXT;
+ALTER TABLE recommendations ADD COLUMN max_goodput_rps_per_device REAL;
+ALTER TABLE recommendations ADD COLUMN margin REAL;
+ALTER TABLE recommendations ADD COLUMN profile TEXT;
+ALTER TABLE recommendations ADD COLUMN body TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE recommendations ADD COLUMN applied_target TEXT;
+
+ALTER TABLE forecasts ADD COLUMN forecast_id TEXT;
+ALTER TABLE forecasts ADD COLUMN as_of_s REAL;
+ALTER TABLE forecasts ADD COLUMN bucket_s REAL;
+ALTER TABLE forecasts ADD COLUMN horizon_s REAL;
+ALTER TABLE forecasts ADD COLUMN lo80 REAL;
+ALTER TABLE forecasts ADD COLUMN hi80 REAL;
+ALTER TABLE forecasts ADD COLUMN lo95 REAL;
+ALTER TABLE forecasts ADD COLUMN hi95 REAL;
+ALTER TABLE forecasts ADD COLUMN note TEXT;
+CREATE INDEX forecasts_by_id ON forecasts (forecast_id);
+
+CREATE TABLE validations (
+    pk INTEGER PRIMARY KEY, created_s REAL NOT NULL, host TEXT NOT NULL DEFAULT '',
+    workload TEXT, model TEXT, device TEXT, profile TEXT,
+    best_measured TEXT, best_predicted TEXT, bar_met INTEGER,
+    body TEXT NOT NULL DEFAULT '{}'
+);
+
+CREATE TABLE decisions (
+    pk INTEGER PRIMARY KEY, ts_s REAL NOT NULL, host TEXT NOT NULL DEFAULT '', target TEXT NOT NULL,
+    window_start_s REAL, window_end_s REAL, current_layout TEXT, chosen_layout TEXT,
+    params TEXT NOT NULL DEFAULT '{}', action TEXT NOT NULL, reason TEXT,
+    forecast TEXT NOT NULL DEFAULT '{}', candidates TEXT NOT NULL DEFAULT '[]',
+    predicted TEXT NOT NULL DEFAULT '{}', recommendation_id INTEGER,
+    outcome TEXT, outcome_s REAL
+);
+CREATE INDEX decisions_by_target ON decisions (target, ts_s);
+
+CREATE TABLE locks (
+    name TEXT PRIMARY KEY, holder_host TEXT NOT NULL, holder_pid INTEGER NOT NULL,
+    since_s REAL NOT NULL, heartbeat_s REAL NOT NULL
+);
+"""
+
 ROLLUP_S = 10.0
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)

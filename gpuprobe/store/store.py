@@ -18,12 +18,13 @@ import pandas as pd
 
 from gpuprobe.errors import StoreError
 from gpuprobe.store.connection import connect, create_store, inspect_version, migrate, resolve_path
+from gpuprobe.store.decisions import DecisionTables
 from gpuprobe.store.records import RecordTables
 from gpuprobe.store.samples import SampleTables
 from gpuprobe.store.workloads import WorkloadTables
 
 
-class Store(SampleTables, RecordTables, WorkloadTables):
+class Store(SampleTables, RecordTables, DecisionTables, WorkloadTables):
     def __init__(self, path: Path, conn: sqlite3.Connection, read_only: bool = False):
         self.path = path
         self.read_only = read_only
