@@ -43,6 +43,9 @@ def add_arguments(p) -> None:
                      help="serving process to watch (repeatable; it must exist)")
     p.add_argument("--flush-interval", type=positive_float, metavar="S",
                    help="seconds between store writes (default 1)")
+    p.add_argument("--hostname", metavar="NAME",
+                   help="the host name its samples and /metrics carry (default: this machine's; "
+                        "give each of several agents on one machine its own)")
     p.add_argument("--max-buffer", type=positive_int, metavar="N",
                    help="samples held in memory while the store is locked or full (default 100000)")
 
@@ -73,7 +76,7 @@ def run(args) -> int:
     # not hold up the agent for seconds.
     with Store.open(cfg.store, busy_timeout_s=0.5) as store:
         run_id = new_run_id()
-        agent = Agent(cfg, store, log=lambda m: print(m, flush=True))
+        agent = Agent(cfg, store, log=lambda m: print(m, flush=True), host=args.hostname)
         try:
             store.start_run(run_id, "agent", agent.host, {"scrape": list(cfg.scrape)})
         except Exception:

@@ -1,0 +1,209 @@
+"""The fleet through a real Prometheus (Debian's 2.42): three agents (the fake NVML at the
+hardware edge; node3 has no GPU) and a reference server, scraped every second, read back by
+gpuprobe's Prometheus source in the store's shapes; the shipped rules pass promtool."""
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fake_nvml import FakeNvml
+
+from gpuprobe.collectors import config
+from gpuprobe.collectors.agent import Agent
+from gpuprobe.server.kv_transfer import free_port
+from gpuprobe.server.launch import start_server
+from gpuprobe.sources.fleet import fleet_groups, fleet_hosts
+from gpuprobe.sources.prom_mix import bucket_mix
+from gpuprobe.sources.prometheus import PrometheusSource
+from gpuprobe.sources.promapi import SourceError
+from gpuprobe.store import Store
+
+PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
+DEPLOY = Path(__file__).resolve().parent.parent / "docs" / "deploy"
+needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="Debian's prometheus is not installed "
+                                      "(make test installs it when run as root)")
+
+
+class AgentThread:
+    """An in-process agent on its own event loop, serving /metrics on a free port."""
+
+    def __init__(self, db: Path, host: str, scrape: str, gpus: int):
+        cfg = config.AgentConfig(metrics_port=0, metrics_addr="127.0.0.1", flush_interval=0.5, duration=0,
+                                 scrape=(scrape,), intervals=config.Intervals(nvml=0.5, gpm=0.5, proc=0,
+                                                                             host=0.5, scrape=1.0))
+        self.store = Store.open(db)
+        nvml = FakeNvml(gpus) if gpus else FakeNvml(no_driver=True)
+        self.agent = Agent(cfg, self.store, nvml=nvml, log=lambda m: None, host=host)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self.agent.run(),), daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while self.agent.metrics_port is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.target = f"127.0.0.1:{self.agent.metrics_port}"
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.agent.stop)
+        self.thread.join(10)
+        self.store.close()
+
+
+def _post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def _wait_for(fn, what: str, timeout_s: float = 40.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            got = fn()
+        except (SourceError, OSError):
+            got = None
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"Prometheus never had {what}")
+
+
+@needs_prometheus
+@pytest.mark.timeout(150)
+def test_fleet_through_prometheus(tmp_path):
+    with start_server("tiny", "monolithic", store=str(tmp_path / "serve.db")) as srv:
+        agents = [AgentThread(tmp_path / f"a{i}.db", f"node{i}", srv.url + "/metrics", gpus)
+                  for i, gpus in ((1, 2), (2, 2), (3, 0))]
+        port = free_port("127.0.0.1")
+        shutil.copy(DEPLOY / "gpuprobe-rules.yml", tmp_path / "gpuprobe-rules.yml")
+        targets = lambda ts, group: f"      - targets: {ts}\n        labels: {{host_group: {group}}}\n"
+        (tmp_path / "prometheus.yml").write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [gpuprobe-rules.yml]\n"
+            "scrape_configs:\n  - job_name: gpuprobe-agent\n    static_configs:\n"
+            + targets([a.target for a in agents[:2]], "chat") + targets([agents[2].target], "code")
+            + f"  - job_name: engines\n    static_configs:\n      - targets: ['{srv.url.split('//')[1]}']\n")
+        prom = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            src = PrometheusSource(f"http://127.0.0.1:{port}", min_step_s=1.0)
+            t0 = time.time()
+            _wait_for(lambda: len(src.api.query("count by (hostname) (gpuprobe_host_cpu_util_pct)")) == 3, "3 hosts")
+            # 40-token prompts, 8 tokens out: 5 : 1. The server's counters appear with the first
+            # request; a rate needs a scrape of them before the rest.
+            request = {"model": "tiny", "prompt": list(range(5, 45)), "max_tokens": 8, "ignore_eos": True}
+            _post(srv.url + "/v1/completions", request)
+            _wait_for(lambda: src.api.query("vllm:generation_tokens_total"), "the engine's counters")
+            for _ in range(6):
+                _post(srv.url + "/v1/completions", request)
+                time.sleep(0.5)
+            _wait_for(lambda: [v for _, v in src.api.query("sum(vllm:generation_tokens_total)")] == [56], "56 tokens")
+            time.sleep(2.5)  # one more scrape of every agent's engine rates
+            t1 = time.time()
+
+            # The store's shapes, with the agents' values: the fake GPU serves constants.
+            down = src.downsample("sm_util_pct", t0, t1, max_points=50)
+            assert set(zip(down.host, down.device)) == {(f"node{i}", f"gpu{g}") for i in (1, 2) for g in (0, 1)}
+            assert list(down.columns) == ["ts_s", "host", "device", "value_min", "value_max", "value_mean",
+                                          "num_samples"]
+            fake = FakeNvml(2)
+            for g in (0, 1):
+                part = down[down.device == f"gpu{g}"]
+                assert np.allclose(part[["value_min", "value_max", "value_mean"]], fake.expected(g)["sm_util_pct"])
+            served = urllib.request.urlopen(f"http://{agents[0].target}/metrics", timeout=5).read().decode()
+            power = src.samples("power_w", t1 - 3, t1, host="node1", device="gpu1")
+            assert f'gpuprobe_gpu_power_w{{gpu="1",hostname="node1",uuid="GPU-fake-0001"}} {power.value.iloc[-1]}' in served
+            series = src.series(t0, t1)
+            assert set(series.host) == {"node1", "node2", "node3"}
+            assert {"sm_util_pct", "cpu_util_pct", "prompt_tokens_per_s"} <= set(series.metric)
+
+            # Fleet views: node3 is listed, its GPU figures missing (not zero).
+            hosts = fleet_hosts(src, t0, t1, by="host_group").set_index("host")
+            assert hosts.loc[["node1", "node2", "node3"], "num_gpus"].tolist() == [2, 2, 0]
+            assert hosts.loc["node1", "power_w"] == pytest.approx(351.0)  # gpus 350.5 and 351.5
+            assert np.isnan(hosts.loc["node3", "sm_util_pct"]) and hosts.loc["node3", "cpu_util_pct"] >= 0
+            groups = fleet_groups(hosts.reset_index()).set_index("group")
+            assert groups.loc["chat", "num_gpus"] == 4 and groups.loc["code", "hosts_reporting_gpu"] == 0
+            by_model = fleet_hosts(src, t0, t1, by="model")
+            assert set(by_model.group) == {"tiny"}
+
+            # The mix from the engine's counters: the 5 : 1 prompt:output ratio.
+            mix = bucket_mix(src.api, t0, t1, 5.0)
+            ratio = mix.prefill_tokens_per_s.sum() / mix.decode_tokens_per_s.sum()
+            assert ratio == pytest.approx(5.0, rel=0.05)
+            out = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "analyze", "--source",
+                                  f"prometheus=http://127.0.0.1:{port}", "--since", f"{t0:.0f}", "--until",
+                                  f"{t1:.0f}", "--bucket", "5s", "--json"], capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            body = json.loads(out.stdout)
+            assert body["prompt_output_ratio"] == pytest.approx(5.0, rel=0.05) and body["buckets"]
+
+            # The shipped recording rules evaluate on these series.
+            rec = _wait_for(lambda: src.api.query("hostname:gpuprobe_gpu_sm_util_pct:avg"), "recording rules")
+            assert {lab["hostname"] for lab, _ in rec} == {"node1", "node2"}
+        finally:
+            prom.terminate()
+            prom.wait(10)
+            for a in agents:
+                a.stop()
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool comes with Debian's prometheus")
+def test_shipped_rules_and_config_pass_promtool():
+    rules = subprocess.run([PROMTOOL, "check", "rules", str(DEPLOY / "gpuprobe-rules.yml")],
+                           capture_output=True, text=True)
+    assert rules.returncode == 0 and "SUCCESS" in rules.stdout, rules.stdout + rules.stderr
+    conf = subprocess.run([PROMTOOL, "check", "config", str(DEPLOY / "prometheus.yml")],
+                          capture_output=True, text=True)
+    assert conf.returncode == 0, conf.stdout + conf.stderr
+    dash = json.loads((DEPLOY / "grafana-gpuprobe-fleet.json").read_text())
+    assert all(t["expr"] for p in dash["panels"] for t in p["targets"])
+
+
+def test_unreachable_or_wrong_source_is_one_line(tmp_path):
+    port = free_port("127.0.0.1")
+    for args, code, text in (
+            (["analyze", "--source", f"prometheus=http://127.0.0.1:{port}"], 1, "unreachable"),
+            (["fleet", "--source", f"prometheus=http://127.0.0.1:{port}"], 1, "unreachable"),
+            (["analyze", "--source", "graphite=http://x"], 2, "expected prometheus="),
+            (["analyze", "--source", f"prometheus=http://127.0.0.1:{port}", "--workload", "w"], 2, "give one"),
+            (["fleet", "--source", f"prometheus=http://127.0.0.1:{port}", "--since", "yesterday"], 2, "--since")):
+        out = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "--store", str(tmp_path / "s.db"), *args],
+                             capture_output=True, text=True)
+        assert out.returncode == code, (args, out.stderr)
+        assert text in out.stderr and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_prometheus_error_answers_are_named():
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if "query_range" in self.path:
+                body, code = {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, 400
+            else:
+                body, code = {"status": "success", "warnings": ["partial response: 1 store down"],
+                              "data": {"resultType": "vector", "result": []}}, 200
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(json.dumps(body).encode())
+
+        def log_message(self, *args):
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        src = PrometheusSource(f"http://127.0.0.1:{httpd.server_port}")
+        with pytest.raises(SourceError, match="parse error at char 3"):
+            src.downsample("sm_util_pct", 0, 100)
+        assert src.api.query("up") == [] and src.api.warnings == ["partial response: 1 store down"]
+    finally:
+        httpd.shutdown()
