@@ -32,9 +32,9 @@ from gpuprobe.perf.verdict import (
     compare,
     measured_summaries,
     median_p50_error,
-    median_summary,
     tbt_tolerance,
 )
+from gpuprobe.perf.predict import median_summary
 
 
 def load_dump(path: str) -> dict:

@@ -31,27 +31,25 @@ from gpuprobe.errors import GpuprobeError, UserError
 from gpuprobe.perf.calibrate import prefill_sizes_for
 from gpuprobe.perf.replay_rate import schedule_frame
 from gpuprobe.perf.metrics import TBT_TOLERANCE, Slo, best_note, pick_best, tied_best
+from gpuprobe.perf.predict import median_summary
 from gpuprobe.perf.server_tbt import server_tbt
 from gpuprobe.perf.sim_layouts import LayoutConfig
 from gpuprobe.perf.verdict import (
+    BAR,
     COMPARED,
     compare,
     measured_summaries,
     median_p50_error,
-    median_summary,
     replay_range,
     tbt_tolerance,
 )
 from gpuprobe.perf.validate_drift import (
     drift_factors,
     dump_state,
-    scaled_front,
     start_speed_probe,
 )
 
 DEFAULT_LOAD = 0.5    # the busiest stretch at half the monolithic capacity (replay_rate.py)
-MAX_REPLAY_S = 30.0   # at the default load, a replay is sped up to end within this
-CONTENTION_PASSES = 3  # simulate, stretch by the busy fractions, again: a fixed point
 
 
 @dataclass(frozen=True)
@@ -71,9 +69,10 @@ class ValidateOptions:
     calibration: tuple = ()   # run_calibration keyword pairs (smaller sweeps for tests)
     replays: int = 3               # per layout; measured metrics are medians over them
     sim_seeds: int = 9             # simulator noise seeds per replay; predictions are medians
-    time_budget_s: float = 540.0   # waits for a quiet machine and repeats stay within it
+    budget_s: float = 600.0        # the whole run, every phase (validate_plan.py)
     quiet_wait_s: float = 30.0     # longest wait for other processes to quiet down, per phase
     speed_probe: bool = True       # CPU device: correct for the cores' own speed drift
+    host_effects: bool = True      # predict with the host effects measured (predict.py)
     interleave: bool = False       # a calibration pass after every replay, all passes pooled
 
 
@@ -108,28 +107,35 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     cal.setdefault("prefill_sizes", prefill_sizes_for(int(wl["prompt_tokens"].max()),
                                                       cfg.max_seq_len - 1))
     opts = replace(opts, calibration=tuple(cal.items()))
-    t_start = time.time()
+    t_start, t0 = time.time(), time.monotonic()
     order = ["monolithic"] + [x for x in opts.layouts if x != "monolithic"]
-    probes, capacity, rate = {}, None, None
+    probes, capacity, plan = {}, None, None
     say = lambda m: _say(m, progress)
-    per_layout = 1 + 2 * opts.replays if opts.interleave else 2 + opts.replays
-    guard = PhaseGuard(time.monotonic() + opts.time_budget_s, per_layout * len(order),
-                       max_wait_s=opts.quiet_wait_s, say=say)
+    # Before the plan, the guard knows only monolithic's first pass; make_plan sets the rest.
+    guard = PhaseGuard(t0 + opts.budget_s, 1, max_wait_s=opts.quiet_wait_s, say=say,
+                       hard_deadline=t0 + opts.budget_s)
     with _log_dir(os.environ.get("GPUPROBE_VALIDATE_LOGS")) as tmp, \
             start_speed_probe(opts, say) as speed_probe:
         for layout in order:
             say(f"{layout}: starting the server")
+            t_up = time.monotonic()
             with LayoutProbe(opts, layout, tmp, cfg.vocab_size, say) as probe:
+                start_s = time.monotonic() - t_up
                 probe.calibrate(guard)
                 if layout == "monolithic":
                     capacity = _capacity_rps(wl, probe, opts)
-                    rate = _replay_rate(wl, capacity, opts)
-                    sched = schedule_frame(wl, rate)
-                    say(_rate_line(capacity, rate))
+                    plan = _plan(wl, capacity, probe, opts, start_s, time.monotonic() - t0)
+                    for line in plan.lines():
+                        say(line)
+                    opts = replace(opts, replays=plan.replays, sim_seeds=plan.sim_seeds)
+                    sched = schedule_frame(wl, plan.rate)
+                    say(_rate_line(capacity, plan.rate))
+                    guard.replan(t0 + opts.budget_s - plan.sim_s, _phases(plan))
                 if layout in opts.layouts and opts.interleave:
                     for i in range(opts.replays):
                         probe.replay(sched, guard, 1)
-                        probe.recalibrate_if_time(guard, last=i == opts.replays - 1)
+                        if plan.pass_after(i):
+                            probe.recalibrate_if_time(guard, last=i == opts.replays - 1)
                 elif layout in opts.layouts:
                     probe.replay(sched, guard, opts.replays)
                     probe.recheck(guard)
@@ -145,8 +151,10 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     per_replay = measured_summaries(probes, opts.layouts, opts.slo)
     measured = {layout: median_summary(s) for layout, s in per_replay.items()}
     rows = compare(predicted, measured)
-    out = _result(rows, predicted, measured, confidence, opts, capacity, rate, profile,
-                  time.time() - t_start, len(wl), tbt_tolerance(per_replay))
+    out = _result(rows, predicted, measured, confidence, opts, capacity, plan.rate, profile,
+                  time.time() - t_start, len(sched), tbt_tolerance(per_replay))
+    out["plan"] = plan.to_dict()
+    out["budget_s"] = opts.budget_s
     out["measured_range"] = replay_range(per_replay)
     out["server_tbt"] = at_server
     out["tbt_pool"] = {k: {m: s.get(m) for m in ("tbt_gaps", "tbt_first_share", "tbt_p99_first_share")}
@@ -155,6 +163,9 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     out["front_stretch"] = stretch
     out["front_cpu"] = {k: vars(p.front_cpu) for k, p in probes.items() if p.front_cpu}
     out["speed_drift"] = drift
+    effects = host_effects_of(probes, opts, drift)
+    out["host_effects"] = {"applied": {k: v.get("host_effects", []) for k, v in predicted.items()},
+                           "measured": effects.to_dict() if effects else None}
     out["recheck"] = {k: p.recheck_ratio for k, p in probes.items() if p.recheck_ratio}
     out["unadjusted"] = _unadjusted(unadjusted, measured, out["tbt_tolerance"])
     busy = {f"{k} {ph}": v for k, p in probes.items() for ph, v in p.foreign_cores.items()
@@ -181,79 +192,57 @@ def _log_dir(keep: str | None):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def predict_layouts(sim_wl: pd.DataFrame, probes: dict, opts: ValidateOptions,
-                    drift: dict[str, list[dict[str, float]]] | None = None):
-    """(profile, {layout: predicted summary}, {layout: confidence}, {layout: front stretch})
-    for the workload as replayed (sim_wl: its replay schedule), from the calibrated probes.
-
-    drift: {layout: per replay {worker: core slowness vs calibration}}; each replay is then
-    predicted with its workers' step times (and the front's CPU) scaled by it, and the
-    prediction is the median over replays, as the measurement is."""
-    from gpuprobe.perf.contention import stretched
+def validate_profile(probes: dict, opts: ValidateOptions):
+    """The profile validate assembles from its layouts' calibrations: every worker's step
+    costs, the links, the front's overhead, and each split layout's extra front path
+    (meta['split_in_s'], predict.layout_profile); meta says what it was measured on."""
     from gpuprobe.perf.costmodel import Overhead
     from gpuprobe.perf.layout_probe import scheduler_configs
     from gpuprobe.perf.profile import assemble
 
     ovh = probes["monolithic"].overhead_s
-    profile = assemble([p.part for p in probes.values()],
-                       Overhead(request_in_s=max(0.0, ovh), source="measured"),
-                       max(p.kv_bytes_per_token for p in probes.values()),
-                       f"validate-{opts.model}", {"source": "validate", "model": opts.model},
-                       opts.prefill_share)
     configs = scheduler_configs(probes)
-    predicted, confidence, stretch = {}, {}, {}
-    for layout in opts.layouts:
-        prof = profile
-        if layout != "monolithic":  # the split layouts' extra front-end path, measured per layout
-            prof = _with_split(profile, probes[layout].overhead_s - ovh)
-        front = probes[layout].front_cpu
-        # One prediction per replay (at its cores' speed, when the probe read it), the median
-        # over sim_seeds seeds of the profile's step-time noise; then the median over replays,
-        # like the measurement's. Every window draws the same noise for a seed, so a few seeds'
-        # luck is every window's: seeds 0-2 alone ran monolithic's TTFT p50 3.5% below the
-        # model's own expectation on all 31 windows alike (docs/model-log.md, "Seeds").
-        factors = (drift or {}).get(layout) or [{}] * opts.replays
-        per_replay = []
-        for i, f in enumerate(factors):
-            sims = [_contended(sim_wl, stretched(prof, f), layout, scaled_front(front, f), opts,
-                               configs, i + len(factors) * j) for j in range(opts.sim_seeds)]
-            per_replay.append(median_summary([res.summary for _, res in sims]))
-            if i == 0:
-                stretch[layout] = sims[0][0]
-                confidence[layout] = sims[0][1].summary["confidence"]
-        predicted[layout] = median_summary(per_replay)
-    return profile, predicted, confidence, stretch
+    meta = {"source": "validate", "model": opts.model, "target": opts.device,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "layouts": list(probes), "prefill_share": opts.prefill_share,
+            "split_in_s": {k: p.overhead_s - ovh for k, p in probes.items() if k != "monolithic"},
+            "scheduler": {r: vars(c) for r, c in zip(("mixed", "prefill", "decode"),
+                                                      (configs.mixed, configs.prefill,
+                                                       configs.decode))}}
+    return assemble([p.part for p in probes.values()],
+                    Overhead(request_in_s=max(0.0, ovh), source="measured"),
+                    max(p.kv_bytes_per_token for p in probes.values()),
+                    f"validate-{opts.model}", meta, opts.prefill_share)
 
 
-def _contended(sim_wl: pd.DataFrame, profile, layout: str, front, opts: ValidateOptions,
-               configs, seed: int = 0):
-    """({worker: step-time factor}, SimResult) with the front's CPU taken from the workers'
-    cores: for monolithic, its per-request part a stall at each arrival
-    (contention.arrival_stalled); the rest a stretch (contention.busy_stretch), whose factors
-    depend on how busy the workers are, which depends on the factors: a few passes from no
-    stretch."""
-    from gpuprobe.perf.contention import arrival_stalled, busy_stretch, stretched
-    from gpuprobe.perf.simulator import simulate
+def host_effects_of(probes: dict, opts: ValidateOptions, drift: dict | None = None):
+    """predict.HostEffects measured by this run: the front's CPU per layout and, with the
+    speed probe's readings, each replay's core speed (None with opts.host_effects off)."""
+    from gpuprobe.perf.predict import HostEffects
 
-    roles = ("mixed",) if layout == "monolithic" else ("prefill", "decode")
-    if layout == "monolithic" and front is not None:
-        profile, front = arrival_stalled(profile, front)
-    keys = {r: "monolithic" if r == "mixed" else f"{layout}.{r}" for r in roles}
-    factor = dict.fromkeys(keys.values(), 1.0)
-    res = simulate(sim_wl, profile, layout, opts.slo, configs, seed)
-    if front is None:
-        return factor, res
-    tokens = float(sim_wl["output_tokens"].mean())
-    prompts = float(sim_wl["prompt_tokens"].mean())
-    for _ in range(CONTENTION_PASSES):
-        span = res.summary.get("span_s") or 0.0
-        name = {"mixed": "monolithic"}
-        busy = {keys[r]: res.summary.get(f"{name.get(r, r)}_busy_s", 0.0) / span if span > 0
-                else 1.0 for r in roles}
-        factor = busy_stretch(front, _rate(sim_wl), tokens, busy, pinned=layout != "monolithic",
-                              prompt_tokens_per_request=prompts)
-        res = simulate(sim_wl, stretched(profile, factor), layout, opts.slo, configs, seed)
-    return factor, res
+    if not opts.host_effects:
+        return None
+    return HostEffects(front_cpu={k: p.front_cpu for k, p in probes.items()
+                                  if k in opts.layouts and p.front_cpu is not None},
+                       speed_drift={k: v for k, v in (drift or {}).items() if v})
+
+
+def predict_layouts(sim_wl: pd.DataFrame, probes: dict, opts: ValidateOptions,
+                    drift: dict[str, list[dict[str, float]]] | None = None):
+    """(profile, {layout: predicted summary}, {layout: confidence}, {layout: front stretch})
+    for the workload as replayed (sim_wl: its replay schedule), from the calibrated probes,
+    through predict.predict with this run's host effects (drift: {layout: per replay
+    {worker: core slowness vs calibration}})."""
+    from gpuprobe.perf.layout_probe import scheduler_configs
+    from gpuprobe.perf.predict import predict
+
+    profile = validate_profile(probes, opts)
+    configs = scheduler_configs(probes)
+    effects = host_effects_of(probes, opts, drift)
+    predicted = {x: predict(sim_wl, profile, x, opts.slo, configs, opts.sim_seeds,
+                            host_effects=effects) for x in opts.layouts}
+    return (profile, predicted, {x: s["confidence"] for x, s in predicted.items()},
+            {x: s["front_stretch"] for x, s in predicted.items()})
 
 
 def _unadjusted(predicted: dict[str, dict], measured: dict[str, dict],
@@ -268,25 +257,56 @@ def _unadjusted(predicted: dict[str, dict], measured: dict[str, dict],
     return out
 
 
-def _with_split(profile, split_in_s: float):
-    return replace(profile, overhead=replace(profile.overhead, split_in_s=split_in_s))
-
-
-def _replay_rate(wl: pd.DataFrame, capacity: float, opts: ValidateOptions):
-    """The replay schedule: --rate, else --load (DEFAULT_LOAD at the busiest stretch, sped up
-    to end within MAX_REPLAY_S, when no load was given)."""
+def _plan(wl: pd.DataFrame, capacity: float, probe, opts: ValidateOptions, start_s: float,
+          spent_s: float):
+    """validate_plan.make_plan with this run's measurements: monolithic's start and pass,
+    the replay's drain from monolithic's simulation, the predictions' time from one run."""
+    from gpuprobe.perf.costmodel import Overhead, Profile
     from gpuprobe.perf.replay_rate import replay_rate
+    from gpuprobe.perf.simulator import simulate
+    from gpuprobe.perf.predict import CONTENTION_PASSES
+    from gpuprobe.perf.validate_plan import DRAIN_MARGIN, REPLAY_OVERHEAD_S, make_plan, timed
 
-    auto = opts.load is None and opts.rate_rps is None
-    return replay_rate(wl["arrival_s"].to_numpy(float), capacity,
-                       DEFAULT_LOAD if opts.load is None else opts.load, opts.load_basis,
-                       opts.rate_rps, opts.max_idle_s, MAX_REPLAY_S if auto else None)
+    load = DEFAULT_LOAD if opts.load is None else opts.load
+    t = wl["arrival_s"].to_numpy(float)
+    prof = Profile(workers=probe.part["workers"],
+                   overhead=Overhead(probe.overhead_s, 0, 0, "measured"))
+    config = LayoutConfig(mixed=probe.scheduler_config("mixed"))
+    sim_s = []
+
+    def schedule_for(span_s: float):
+        return replay_rate(t, capacity, load, opts.load_basis, opts.rate_rps, opts.max_idle_s,
+                           span_s)
+
+    def replay_s_for(rate) -> float:
+        res, took = timed(lambda: simulate(schedule_frame(wl, rate), prof, "monolithic",
+                                           opts.slo, config))
+        sim_s.append(took)
+        return DRAIN_MARGIN * float(res.summary.get("span_s") or rate.arrival_s[-1]) \
+            + REPLAY_OVERHEAD_S
+
+    first = schedule_for(1e9)  # the simulation's own time, on the whole workload
+    replay_s_for(first)
+    # per seed: each layout, each replay, the contention passes, and the unadjusted twin;
+    # a split layout simulates two workers (about twice monolithic's time)
+    weight = sum(1 if x == "monolithic" else 2 for x in opts.layouts)
+    per_seed = sim_s[0] * weight * opts.replays \
+        * (1 + CONTENTION_PASSES) * 2
+    layout_pass = probe.cal_runs[0]["window"]
+    return make_plan(schedule_for, replay_s_for, per_seed, opts, opts.layouts, start_s,
+                     layout_pass[1] - layout_pass[0], spent_s, opts.budget_s)
+
+
+def _phases(plan) -> int:
+    """Guarded phases left after monolithic's first pass, as planned."""
+    per = plan.replays + (plan.passes - 1 if plan.interleave else 1)
+    return sum(per + (0 if x == "monolithic" else 1) for x in plan.layouts)
 
 
 def _rate_line(capacity: float, rate) -> str:
     cut = (f", gaps over {rate.gap_cap_s:.2g} s cut to it ({rate.idle_cut_s:.0f} s in all)"
            if rate.idle_cut_s > 0.05 and rate.gap_cap_s is not None else "")
-    return (f"monolithic capacity {capacity:.1f} req/s (simulated from its profile); replaying at "
+    return (f"monolithic capacity {capacity:.2f} req/s (simulated from its profile); replaying at "
             f"{rate.mean_rps:.1f} req/s mean ({rate.mean_load:.2f} of capacity), its busiest "
             f"{rate.peak_window} requests at {rate.peak_rps:.1f} req/s ({rate.peak_load:.2f}) "
             f"over {rate.arrival_s[-1]:.1f} s{cut}")
@@ -316,11 +336,6 @@ def _capacity_rps(wl: pd.DataFrame, probe, opts: ValidateOptions) -> float:
     return cap
 
 
-def _rate(wl: pd.DataFrame) -> float:
-    """The workload's own request rate, req/s."""
-    return (len(wl) - 1) / (float(wl["arrival_s"].iloc[-1]) or 1.0)
-
-
 def _result(rows, predicted, measured, confidence, opts, capacity, rate, profile, wall_s, n,
             tolerance: float = TBT_TOLERANCE) -> dict:
     summary = {}
@@ -329,9 +344,12 @@ def _result(rows, predicted, measured, confidence, opts, capacity, rate, profile
                            "slo_attainment_predicted": predicted[layout]["slo_attainment"],
                            "slo_attainment_measured": measured[layout]["slo_attainment"]}
     best_m, best_p = pick_best(measured, tolerance), pick_best(predicted, tolerance)
+    errors = [s["median_abs_rel_error_p50"] for s in summary.values()]
     out = {"rows": rows, "best_measured": best_m, "best_predicted": best_p,
            "tied_measured": tied_best(measured, tolerance),
            "tied_predicted": tied_best(predicted, tolerance), "tbt_tolerance": tolerance,
+           "bar": BAR, "bar_met": best_m == best_p and all(e is not None and e <= BAR
+                                                            for e in errors),
            "slo": opts.slo.to_dict(), "summary": summary, "confidence": confidence,
            "workload": {"num_requests": n, "token_scale": opts.token_scale,
                         "rate_rps": opts.rate_rps, "capacity_rps": capacity, **rate.info()},

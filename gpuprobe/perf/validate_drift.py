@@ -1,6 +1,6 @@
 """validate's side of the speed probe (speed_probe.py): start it on the server's cores, turn
-its readings into per-replay, per-worker step-time factors, scale the front's CPU with them,
-and dump what predictions are made from for offline re-runs.
+its readings into per-replay, per-worker step-time factors (a host effect, predict.py), and
+dump what predictions are made from for offline re-runs.
 """
 from __future__ import annotations
 
@@ -32,19 +32,6 @@ def dump_state(sched, probes, speed_probe, opts=None) -> None:
         pickle.dump({"schedule": sched, "probes": state, "options": opts,
                      "speed_rows": speed_probe.samples() if speed_probe else None,
                      "speed_cores": speed_probe.cores if speed_probe else None}, fh)
-
-
-def scaled_front(front, factors: dict[str, float]):
-    """The front's CPU per request and per prompt and output token, scaled by the mean drift of the workers' cores
-    (the front is not pinned; it runs wherever a core is free)."""
-    if front is None or not factors:
-        return front
-    from dataclasses import replace
-
-    f = float(np.mean(list(factors.values())))
-    return replace(front, cpu_per_request_s=front.cpu_per_request_s * f,
-                   cpu_per_token_s=front.cpu_per_token_s * f,
-                   cpu_per_prompt_token_s=front.cpu_per_prompt_token_s * f)
 
 
 def start_speed_probe(opts, say):

@@ -23,13 +23,18 @@ def add_arguments(p) -> None:
                    help="TTFT SLO, s (default 2)")
     p.add_argument("--slo-tbt", type=positive_float, default=0.1, metavar="S",
                    help="per-request mean TBT SLO, s (default 0.1)")
-    p.add_argument("--max-num-seqs", type=positive_int, default=256, metavar="N",
-                   help="sequences per batch per worker (default 256)")
-    p.add_argument("--num-blocks", type=positive_int, default=40000, metavar="N",
-                   help="KV blocks of 16 tokens per worker (default 40000)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=None, metavar="N",
+                   help="sequences per batch per worker; a profile validate wrote brings its "
+                        "servers' own (default 256)")
+    p.add_argument("--num-blocks", type=positive_int, default=None, metavar="N",
+                   help="KV blocks of 16 tokens per worker; a profile validate wrote brings its "
+                        "servers' own (default 40000)")
     p.add_argument("--seed", type=nonneg_int, default=0,
                    help="seed of the step-time noise a measured profile carries (default 0; "
                         "the same seed gives the same result)")
+    p.add_argument("--seeds", type=positive_int, default=1, metavar="N",
+                   help="predict with N noise seeds from --seed on and report their median "
+                        "(default 1; validate uses 9)")
     p.add_argument("--json", action="store_true",
                    help="print the per-layout summaries and the pick as JSON")
 
@@ -41,7 +46,7 @@ def run(args) -> int:
     from gpuprobe.perf.metrics import AGG_METRICS, Slo, best_note, pick_best
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.perf.sim_layouts import LAYOUTS, LayoutConfig
-    from gpuprobe.perf.simulator import simulate
+    from gpuprobe.perf.predict import predict
 
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
     if not layouts or any(x not in LAYOUTS for x in layouts):
@@ -50,18 +55,17 @@ def run(args) -> int:
     wl = load_named_workload(args.store, args.workload)
     wl = wl.sort_values("arrival_s", kind="stable").iloc[:args.limit]
     wl = wl.assign(arrival_s=(wl["arrival_s"] - wl["arrival_s"].iloc[0]) / args.speed)
-    kw = dict(max_num_seqs=args.max_num_seqs, num_blocks=args.num_blocks,
-              max_num_batched_tokens=max(2048, int(wl["prompt_tokens"].max())))
-    cfg = LayoutConfig(*(SchedulerConfig(role=r, **kw) for r in ("mixed", "prefill", "decode")))
+    cfg = _config(profile, wl, args, SchedulerConfig)
     slo = Slo(args.slo_ttft, args.slo_tbt)
-    out = {x: simulate(wl, profile, x, slo, cfg, args.seed).summary for x in layouts}
+    # one prediction path (predict.py); simulate has no host effects to apply
+    out = {x: predict(wl, profile, x, slo, cfg, args.seeds, args.seed) for x in layouts}
     best = pick_best(out)
-    notes = [_unserved(x, s, args.num_blocks) for x, s in out.items() if not s["num_completed"]]
+    notes = [_unserved(x, s, cfg.mixed.num_blocks) for x, s in out.items() if not s["num_completed"]]
     if note := best_note(out, best):
         notes.append(note)
     if args.json:
-        print(json.dumps({"layouts": out, "best": best, "slo": slo.to_dict(), "notes": notes},
-                         default=float))
+        print(json.dumps({"layouts": out, "best": best, "slo": slo.to_dict(), "notes": notes,
+                          "host_effects": [], "seeds": args.seeds}, default=float))
         return 0
     for x, s in out.items():
         vals = " ".join(f"{m}={s[m]:.4g}" for m in (*AGG_METRICS, "goodput_rps_per_device"))
@@ -70,6 +74,23 @@ def run(args) -> int:
     for note in notes:
         print(note)
     return 0
+
+
+def _config(profile, wl, args, SchedulerConfig):
+    """The scheduler per role: the profile's (validate records what its servers ran) where
+    it has one and no flag overrides it, else the flags' defaults."""
+    from gpuprobe.perf.sim_layouts import LayoutConfig
+
+    kept = (profile.meta or {}).get("scheduler") or {}
+    out = []
+    for role in ("mixed", "prefill", "decode"):
+        kw = dict(kept.get(role) or {})
+        kw.update(role=role, max_num_seqs=args.max_num_seqs or kw.get("max_num_seqs", 256),
+                  num_blocks=args.num_blocks or kw.get("num_blocks", 40000))
+        if not kept.get(role):
+            kw["max_num_batched_tokens"] = max(2048, int(wl["prompt_tokens"].max()))
+        out.append(SchedulerConfig(**kw))
+    return LayoutConfig(*out)
 
 
 def _unserved(layout: str, s: dict, num_blocks: int) -> str:
