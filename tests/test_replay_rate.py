@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from gpuprobe.perf.replay_rate import busiest_rate, cut_idle, peak_window, replay_rate
+from gpuprobe.validate.replay_rate import busiest_rate, cut_idle, peak_window, replay_rate
 
 
 def _bursty(n_quiet=40, n_burst=60, seed=0):

@@ -17,7 +17,7 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     import pandas as pd
 
     from gpuprobe.perf.metrics import Slo
-    from gpuprobe.perf.validate import COMPARED, ValidateOptions, run_validate
+    from gpuprobe.validate.run import COMPARED, ValidateOptions, run_validate
     from gpuprobe.workloads.loading import bundled_trace
     raw = pd.read_csv(bundled_trace("azure-conv"), nrows=40)
     ts = pd.to_datetime(raw["TIMESTAMP"])
@@ -79,7 +79,7 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     mine = reqs[reqs["arrival_s"].between(r["arrival_s"].min() - 0.5, r["finish_s"].max())]
     assert len(mine) >= len(r) and mine["kv_handoff_s"].notna().sum() >= len(r) // 2  # handoffs
     # re-predicted offline from the dump, the same predictions and measurements to the digit
-    from gpuprobe.perf.repredict import repredict
+    from gpuprobe.validate.repredict import repredict
     again = repredict(dump)
     assert [(r["predicted"], r["measured"]) for r in again["rows"]] == \
         [(r["predicted"], r["measured"]) for r in doc["rows"]]
@@ -107,10 +107,10 @@ def _check_sim_seeds(dump: dict) -> None:
     import numpy as np
 
     from gpuprobe.perf.contention import stretched
-    from gpuprobe.perf.layout_probe import scheduler_configs
+    from gpuprobe.validate.layout_probe import scheduler_configs
     from gpuprobe.perf.predict import _contended, _scaled_front
-    from gpuprobe.perf.repredict import dump_drift, probes_from_dump
-    from gpuprobe.perf.validate import predict_layouts
+    from gpuprobe.validate.repredict import dump_drift, probes_from_dump
+    from gpuprobe.validate.run import predict_layouts
 
     opts = replace(dump["options"], sim_seeds=3)
     probes = probes_from_dump(dump, opts)
@@ -139,7 +139,7 @@ def test_cpu_watch_counts_other_processes_not_ours():
     import os
     import time
 
-    from gpuprobe.perf.cpu_watch import CpuWatch
+    from gpuprobe.validate.cpu_watch import CpuWatch
     if not os.path.exists("/proc/stat"):
         pytest.skip("needs Linux /proc")
     _foreign_spinner(2)
@@ -153,7 +153,7 @@ def test_phase_guard_repeats_a_disturbed_phase_once():
     import os
     import time
 
-    from gpuprobe.perf.cpu_watch import PhaseGuard
+    from gpuprobe.validate.cpu_watch import PhaseGuard
     if not os.path.exists("/proc/stat"):
         pytest.skip("needs Linux /proc")
     calls, said = [], []
@@ -174,7 +174,7 @@ def test_cli_device_option_reaches_the_server_launcher(tmp_path):
     import argparse
 
     from gpuprobe.cli.commands import validate as cmd
-    from gpuprobe.perf.layout_probe import LayoutProbe
+    from gpuprobe.validate.layout_probe import LayoutProbe
 
     p = argparse.ArgumentParser()
     cmd.add_arguments(p)

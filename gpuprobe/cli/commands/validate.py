@@ -137,7 +137,7 @@ def _options(args):
     from gpuprobe.errors import UserError
     from gpuprobe.perf.metrics import Slo
     from gpuprobe.perf.sim_layouts import LAYOUTS
-    from gpuprobe.perf.validate import ValidateOptions
+    from gpuprobe.validate.run import ValidateOptions
 
     layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
     bad = [x for x in layouts if x not in LAYOUTS]
@@ -192,7 +192,7 @@ def _fmt(v) -> str:
 
 def run(args) -> int:
     from gpuprobe.cli.commands.serve import require_device
-    from gpuprobe.perf.validate import run_validate
+    from gpuprobe.validate.run import run_validate
 
     opts = _options(args)
     require_device(opts.device)
@@ -208,7 +208,7 @@ def run(args) -> int:
         _print_table(out)
     if args.plot:  # after the results are out: a plot that cannot be written loses nothing
         from gpuprobe.errors import UserError
-        from gpuprobe.perf.validate_plot import write_plot
+        from gpuprobe.validate.plot import write_plot
 
         try:
             write_plot(out, args.plot)

@@ -29,12 +29,12 @@ import pandas as pd
 
 from gpuprobe.errors import GpuprobeError, UserError
 from gpuprobe.perf.calibrate import prefill_sizes_for
-from gpuprobe.perf.replay_rate import schedule_frame
+from gpuprobe.validate.replay_rate import schedule_frame
 from gpuprobe.perf.metrics import TBT_TOLERANCE, Slo, best_note, pick_best, tied_best
 from gpuprobe.perf.predict import median_summary
-from gpuprobe.perf.server_tbt import server_tbt
+from gpuprobe.validate.server_tbt import server_tbt
 from gpuprobe.perf.sim_layouts import LayoutConfig
-from gpuprobe.perf.verdict import (
+from gpuprobe.validate.verdict import (
     BAR,
     COMPARED,
     compare,
@@ -43,7 +43,7 @@ from gpuprobe.perf.verdict import (
     replay_range,
     tbt_tolerance,
 )
-from gpuprobe.perf.validate_drift import (
+from gpuprobe.validate.drift import (
     drift_factors,
     dump_state,
     start_speed_probe,
@@ -69,7 +69,7 @@ class ValidateOptions:
     calibration: tuple = ()   # run_calibration keyword pairs (smaller sweeps for tests)
     replays: int = 3               # per layout; measured metrics are medians over them
     sim_seeds: int = 9             # simulator noise seeds per replay; predictions are medians
-    budget_s: float = 600.0        # the whole run, every phase (validate_plan.py)
+    budget_s: float = 600.0        # the whole run, every phase (plan.py)
     quiet_wait_s: float = 30.0     # longest wait for other processes to quiet down, per phase
     speed_probe: bool = True       # CPU device: correct for the cores' own speed drift
     host_effects: bool = True      # predict with the host effects measured (predict.py)
@@ -98,8 +98,8 @@ def _say(msg: str, progress: bool) -> None:
 def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool = True) -> dict:
     """The whole validation; returns the JSON-ready result (see the CLI for its shape)."""
     from gpuprobe.model.config import resolve_model
-    from gpuprobe.perf.cpu_watch import PhaseGuard
-    from gpuprobe.perf.layout_probe import LayoutProbe
+    from gpuprobe.validate.cpu_watch import PhaseGuard
+    from gpuprobe.validate.layout_probe import LayoutProbe
 
     cfg = resolve_model(opts.model)
     wl = prepare_workload(workload, opts.limit, opts.token_scale, cfg.max_seq_len)
@@ -197,7 +197,7 @@ def validate_profile(probes: dict, opts: ValidateOptions):
     costs, the links, the front's overhead, and each split layout's extra front path
     (meta['split_in_s'], predict.layout_profile); meta says what it was measured on."""
     from gpuprobe.perf.costmodel import Overhead
-    from gpuprobe.perf.layout_probe import scheduler_configs
+    from gpuprobe.validate.layout_probe import scheduler_configs
     from gpuprobe.perf.profile import assemble
 
     ovh = probes["monolithic"].overhead_s
@@ -233,7 +233,7 @@ def predict_layouts(sim_wl: pd.DataFrame, probes: dict, opts: ValidateOptions,
     for the workload as replayed (sim_wl: its replay schedule), from the calibrated probes,
     through predict.predict with this run's host effects (drift: {layout: per replay
     {worker: core slowness vs calibration}})."""
-    from gpuprobe.perf.layout_probe import scheduler_configs
+    from gpuprobe.validate.layout_probe import scheduler_configs
     from gpuprobe.perf.predict import predict
 
     profile = validate_profile(probes, opts)
@@ -259,13 +259,13 @@ def _unadjusted(predicted: dict[str, dict], measured: dict[str, dict],
 
 def _plan(wl: pd.DataFrame, capacity: float, probe, opts: ValidateOptions, start_s: float,
           spent_s: float):
-    """validate_plan.make_plan with this run's measurements: monolithic's start and pass,
+    """plan.make_plan with this run's measurements: monolithic's start and pass,
     the replay's drain from monolithic's simulation, the predictions' time from one run."""
     from gpuprobe.perf.costmodel import Overhead, Profile
-    from gpuprobe.perf.replay_rate import replay_rate
+    from gpuprobe.validate.replay_rate import replay_rate
     from gpuprobe.perf.simulator import simulate
     from gpuprobe.perf.predict import CONTENTION_PASSES
-    from gpuprobe.perf.validate_plan import DRAIN_MARGIN, REPLAY_OVERHEAD_S, make_plan, timed
+    from gpuprobe.validate.plan import DRAIN_MARGIN, REPLAY_OVERHEAD_S, make_plan, timed
 
     load = DEFAULT_LOAD if opts.load is None else opts.load
     t = wl["arrival_s"].to_numpy(float)

@@ -45,7 +45,7 @@ class SpeedProbe:
     def __enter__(self) -> "SpeedProbe":
         from gpuprobe.server.launch import _die_with_parent
 
-        cmd = [sys.executable, "-m", "gpuprobe.perf.speed_probe_main",
+        cmd = [sys.executable, "-m", "gpuprobe.validate.speed_probe_main",
                "--cores", ",".join(map(str, self.cores)), "--period", str(self.period_s)]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                       text=True, preexec_fn=_die_with_parent

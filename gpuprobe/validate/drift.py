@@ -41,7 +41,7 @@ def start_speed_probe(opts, say):
 
     if not opts.speed_probe or opts.device != "cpu" or not hasattr(os, "sched_getaffinity"):
         return contextlib.nullcontext()
-    from gpuprobe.perf.speed_probe import SpeedProbe
+    from gpuprobe.validate.speed_probe import SpeedProbe
 
     cores = tuple(dict(opts.server_opts).get("cores") or sorted(os.sched_getaffinity(0)))
     say(f"speed probe on cores {','.join(map(str, cores))}")
@@ -52,7 +52,7 @@ def drift_factors(probe, probes: dict, opts) -> dict[str, list[dict[str, float]]
     """{layout: per replay {worker: slowness vs that layout's calibration}}; {} without a probe."""
     if probe is None:
         return {}
-    from gpuprobe.perf.speed_probe import replay_factors, worker_cores
+    from gpuprobe.validate.speed_probe import replay_factors, worker_cores
 
     rows = probe.samples()
     out = {}
