@@ -57,7 +57,8 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     drift = doc["speed_drift"]
     assert [set(f) for f in drift["intra"]] == [{"intra.prefill", "intra.decode"}] * 2
     assert all(0.2 < v < 5 for f in drift["monolithic"] + drift["intra"] for v in f.values())
-    assert set(doc["unadjusted"]) >= {"monolithic", "intra", "best_predicted"}
+    assert set(doc["without_host_effects"]) >= {"monolithic", "intra", "best_predicted"}
+    assert doc["host_effects"]["applied"]["intra"] == ["front_cpu", "speed_drift"]
     assert set(doc["recheck"]) == {"monolithic", "intra"}
     assert all(v is None or 0.5 <= v <= 2.0 for r in doc["recheck"].values() for v in r.values())
     # the dump holds what the predictions were made from, and every step the servers took
@@ -242,3 +243,16 @@ def test_cli_interleaves_calibration_on_cpu_not_on_cuda():
     assert _cli_options("--device", "cuda").interleave is False
     assert _cli_options("--no-interleave").interleave is False
     assert _cli_options("--device", "cuda", "--interleave").interleave is True
+
+
+def test_no_host_effects_predicts_as_simulate_does():
+    """--no-host-effects: validate measures the host effects but predicts without them."""
+    import types
+
+    from gpuprobe.perf.contention import FrontCpu
+    from gpuprobe.validate.run import host_effects_of
+
+    probes = {"monolithic": types.SimpleNamespace(front_cpu=FrontCpu(0.005, 0.001))}
+    on = host_effects_of(probes, _cli_options("--layouts", "monolithic"), {"monolithic": [{"m": 1.1}]})
+    assert on.applied("monolithic") == ["front_cpu", "speed_drift"]
+    assert host_effects_of(probes, _cli_options("--no-host-effects"), {}) is None

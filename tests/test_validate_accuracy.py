@@ -40,11 +40,11 @@ def test_validate_is_accurate_on_a_small_case_and_simulate_predicts_the_same(
     store, prof = str(tmp_path / "s.db"), str(tmp_path / "profile.json")
     args = ["validate", "--store", store, "--workload", str(csv), "--layouts", "monolithic,intra",
             "--rate", f"{rate:.6f}", "--token-scale", "1", "--replays", "2", "--no-interleave",
-            "--no-host-effects", "--profile-out", prof, "--budget", "280s", "--json"]
+            "--profile-out", prof, "--budget", "280s", "--json"]
     assert cli.main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["workload"]["replayed_requests"] == 24 and out["workload"]["speed"] == pytest.approx(1.0)
-    assert out["host_effects"]["applied"] == {"monolithic": [], "intra": []}
+    assert out["host_effects"]["applied"]["monolithic"][0] == "front_cpu"
     assert out["plan"]["requests_per_replay"] == 24 and out["wall_s"] <= 280 + 30
     # accuracy, loosely enough for a shared 2-core machine: every layout's median error
     # over the p50 metrics, and the throughput, which a model off by a factor would miss
@@ -62,13 +62,17 @@ def test_validate_is_accurate_on_a_small_case_and_simulate_predicts_the_same(
     saved = json.load(open(prof))
     assert saved["meta"]["model"] == "tiny" and saved["meta"]["target"] == "cpu"
     assert saved["meta"]["created"] and set(saved["meta"]["split_in_s"]) == {"intra"}
-    # one prediction path: simulate on the saved profile, same schedule, seeds and SLO
+    # one prediction path: simulate on the saved profile, same schedule, seeds and SLO, gives
+    # validate's predictions without host effects (what --no-host-effects reports)
     slo = out["slo"]
     assert cli.main(["simulate", "--store", store, "--workload", str(csv), "--profile", prof,
                      "--layouts", "monolithic,intra", "--seeds", str(out["plan"]["sim_seeds"]),
                      "--slo-ttft", str(slo["ttft_s"]), "--slo-tbt", str(slo["tbt_s"]),
                      "--json"]) == 0
     sim = json.loads(capsys.readouterr().out)
-    for r in out["rows"]:
-        assert sim["layouts"][r["layout"]][r["metric"]] == pytest.approx(r["predicted"], rel=1e-9), r
+    plain = out["without_host_effects"]
+    for layout in ("monolithic", "intra"):
+        for metric, value in plain[layout]["predicted"].items():
+            assert sim["layouts"][layout][metric] == pytest.approx(value, rel=1e-9, nan_ok=True), \
+                (layout, metric)
     assert sim["host_effects"] == []

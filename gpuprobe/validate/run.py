@@ -6,13 +6,14 @@ load: its simulated capacity (the workload's requests all queued at once) times 
 request rate the workload is replayed at. Then every layout is simulated with its own measured
 profile and the predictions are compared with the replay's client-side measurements.
 
-Each calibration and replay runs under a PhaseGuard (cpu_watch.py): it waits for other
-processes to quiet down, repeats a disturbed phase once, and the foreign load of what was kept
-is reported. Each layout's step times are stretched by the CPU its front and the client use at
-the replay rate (contention.py), and, on the CPU device, by how much slower or faster each
-worker's cores ran during the replay than during its calibration (speed_probe.py: a shared
-VM's cores drift by up to 1.5x on their own). Predictions without that correction are kept
-in the output (`unadjusted`).
+The run keeps a plan within its budget (plan.py). Each calibration and replay runs under a
+PhaseGuard (cpu_watch.py): it waits for other processes to quiet down, repeats a disturbed
+phase once, and the foreign load of what was kept is reported. The predictions go through
+the one prediction path (perf/predict.py) with the host effects this run measured: the CPU
+the front and the client take from the workers (contention.py) and, on the CPU device, each
+replay's core speed against its calibration's (speed_probe.py). The predictions without
+host effects, which `gpuprobe simulate` gives on this run's profile (`--profile-out`), are
+kept in the output (`without_host_effects`) with their errors.
 """
 from __future__ import annotations
 
@@ -147,7 +148,8 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     say(f"simulating {len(opts.layouts)} layouts x {opts.replays} replays x {opts.sim_seeds} "
         "noise seeds")
     profile, predicted, confidence, stretch = predict_layouts(sched, probes, opts, drift)
-    unadjusted = predict_layouts(sched, probes, opts)[1] if drift else predicted
+    unadjusted = (predict_layouts(sched, probes, replace(opts, host_effects=False))[1]
+                  if opts.host_effects else predicted)
     per_replay = measured_summaries(probes, opts.layouts, opts.slo)
     measured = {layout: median_summary(s) for layout, s in per_replay.items()}
     rows = compare(predicted, measured)
@@ -167,7 +169,7 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     out["host_effects"] = {"applied": {k: v.get("host_effects", []) for k, v in predicted.items()},
                            "measured": effects.to_dict() if effects else None}
     out["recheck"] = {k: p.recheck_ratio for k, p in probes.items() if p.recheck_ratio}
-    out["unadjusted"] = _unadjusted(unadjusted, measured, out["tbt_tolerance"])
+    out["without_host_effects"] = _unadjusted(unadjusted, measured, out["tbt_tolerance"])
     busy = {f"{k} {ph}": v for k, p in probes.items() for ph, v in p.foreign_cores.items()
             if v is not None and v >= guard.quiet}
     if busy:
@@ -247,7 +249,7 @@ def predict_layouts(sim_wl: pd.DataFrame, probes: dict, opts: ValidateOptions,
 
 def _unadjusted(predicted: dict[str, dict], measured: dict[str, dict],
                 tolerance: float = TBT_TOLERANCE) -> dict:
-    """Predictions without the speed-drift correction, with their errors, per layout."""
+    """Predictions without host effects, with their errors, per layout."""
     rows = compare(predicted, measured)
     out = {}
     for layout in predicted:

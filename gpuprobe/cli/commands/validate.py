@@ -267,11 +267,13 @@ def _print_table(out: dict) -> None:
     for layout, per_replay in (out.get("speed_drift") or {}).items():
         shown = "; ".join(", ".join(f"{k.split('.')[-1]} {v:.2f}" for k, v in f.items())
                           for f in per_replay)
-        unadj = out["unadjusted"].get(layout, {}).get("median_abs_rel_error_p50")
-        print(f"{layout}: core speed vs calibration per replay (>1 slower): {shown}; "
-              f"without this correction the median |rel error| would be {_fmt(unadj)}")
-    if out.get("speed_drift"):
-        print(f"best_predicted without the speed correction: {out['unadjusted']['best_predicted']}")
+        print(f"{layout}: core speed vs calibration per replay (>1 slower): {shown}")
+    plain = out.get("without_host_effects") or {}
+    if out.get("host_effects", {}).get("measured"):
+        print("without host effects (as `simulate --profile` predicts): " + "; ".join(
+            f"{k} median |rel error| {_fmt(v.get('median_abs_rel_error_p50'))}"
+            for k, v in plain.items() if k != "best_predicted")
+            + f"; best_predicted {plain.get('best_predicted')}")
     at_server = out.get("server_tbt") or {}
     if at_server:
         print("tbt at the server's front (the load client's reading left out): " + "; ".join(
