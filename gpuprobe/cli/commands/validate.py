@@ -113,7 +113,7 @@ def add_arguments(p) -> None:
                         "all passes pooled, so the calibration samples the machine over the same "
                         "minutes as the replays (default on cpu; about 2 minutes more than "
                         "--no-interleave, which calibrates once before the replays and "
-                        "rechecks after them; see docs/model.md)")
+                        "rechecks after them; see docs/validate.md)")
     p.add_argument("--budget", type=duration, default=None, metavar="DURATION",
                    help="cap on the whole run, every phase (default 10m on cpu, 30m on cuda); "
                         "validate prints its plan before the first replay and shrinks it to "
