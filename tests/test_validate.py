@@ -256,3 +256,43 @@ def test_no_host_effects_predicts_as_simulate_does():
     on = host_effects_of(probes, _cli_options("--layouts", "monolithic"), {"monolithic": [{"m": 1.1}]})
     assert on.applied("monolithic") == ["front_cpu", "speed_drift"]
     assert host_effects_of(probes, _cli_options("--no-host-effects"), {}) is None
+
+
+@pytest.mark.timeout(30)
+def test_the_budget_stops_a_phase_in_progress_with_one_line():
+    """BudgetWatch: at the deadline the running phase's process is stopped and the run ends
+    with a line naming the budget, not minutes later."""
+    import subprocess
+    import time
+    import types
+
+    from gpuprobe.errors import GpuprobeError
+    from gpuprobe.server.launch import ServerHandle
+    from gpuprobe.validate.run import BudgetWatch
+
+    proc = subprocess.Popen(["sleep", "60"])  # stands for a server busy with a long phase
+    probe = types.SimpleNamespace(layout="monolithic", handle=ServerHandle("http://x", proc))
+    said = []
+    t0 = time.monotonic()
+    with pytest.raises(GpuprobeError, match="--budget of 1 s ran out"):
+        with BudgetWatch(t0 + 1.0, 1.0, said.append) as watch:
+            with watch.running(_Entered(probe)):
+                while proc.poll() is None and time.monotonic() - t0 < 20:  # the phase, polling
+                    time.sleep(0.05)
+                raise GpuprobeError("monolithic: requests failed")
+    assert proc.poll() is not None and time.monotonic() - t0 < 15
+    assert any("budget is spent" in m for m in said)
+
+
+class _Entered:
+    """A probe-like context (the LayoutProbe protocol: enter gives the probe)."""
+
+    def __init__(self, probe):
+        self.probe = probe
+        self.layout, self.handle = probe.layout, probe.handle
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None

@@ -26,7 +26,7 @@ def _workload(path) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_validate_is_accurate_on_a_small_case_and_simulate_predicts_the_same(
         tmp_path, monkeypatch, capsys):
     from gpuprobe.cli import main as cli
@@ -40,12 +40,12 @@ def test_validate_is_accurate_on_a_small_case_and_simulate_predicts_the_same(
     store, prof = str(tmp_path / "s.db"), str(tmp_path / "profile.json")
     args = ["validate", "--store", store, "--workload", str(csv), "--layouts", "monolithic,intra",
             "--rate", f"{rate:.6f}", "--token-scale", "1", "--replays", "2", "--no-interleave",
-            "--profile-out", prof, "--budget", "280s", "--json"]
+            "--profile-out", prof, "--budget", "500s", "--json"]
     assert cli.main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["workload"]["replayed_requests"] == 24 and out["workload"]["speed"] == pytest.approx(1.0)
     assert out["host_effects"]["applied"]["monolithic"][0] == "front_cpu"
-    assert out["plan"]["requests_per_replay"] == 24 and out["wall_s"] <= 280 + 30
+    assert out["plan"]["requests_per_replay"] == 24 and out["wall_s"] <= 500 + 30
     # accuracy, loosely enough for a shared 2-core machine: every layout's median error
     # over the p50 metrics, and the throughput, which a model off by a factor would miss
     for layout, s in out["summary"].items():

@@ -123,16 +123,11 @@ def make_plan(schedule_for, replay_s_for, sim_s_per_seed: float, opts, layouts, 
         while not plan.fits() and plan.passes > 2:
             plan = replace(plan, passes=plan.passes - 1)
         shrunk.append(f"{plan.passes} calibration passes per layout, not {full}")
-    if not plan.fits():
-        full_n, full_span = rate.requests, float(rate.arrival_s[-1])
-        while not plan.fits() and span > MIN_SPAN_S:
-            span = max(MIN_SPAN_S, span * 0.8)
-            rate = schedule_for(span)
-            plan = replace(plan, rate=rate, replay_s=replay_s_for(rate))
-        if rate.requests < full_n:
-            shrunk.append(f"replays of {rate.requests} requests over "
-                          f"{rate.arrival_s[-1]:.0f} s, not {full_n} over {full_span:.0f} s "
-                          f"(the same load)")
+    full_n, full_span = rate.requests, float(rate.arrival_s[-1])
+    while not plan.fits() and span > MIN_SPAN_S:
+        span = max(MIN_SPAN_S, span * 0.8)
+        rate = schedule_for(span)
+        plan = replace(plan, rate=rate, replay_s=replay_s_for(rate))
     if not plan.fits() and plan.sim_seeds > MIN_SEEDS:
         plan = replace(plan, sim_seeds=MIN_SEEDS, sim_s=sim_s_per_seed * MIN_SEEDS)
         shrunk.append(f"{MIN_SEEDS} noise seeds per replay, not {opts.sim_seeds}")
@@ -140,14 +135,39 @@ def make_plan(schedule_for, replay_s_for, sim_s_per_seed: float, opts, layouts, 
         plan = replace(plan, replays=plan.replays - 1,
                        passes=min(plan.passes, plan.replays) if plan.interleave else 1)
         shrunk.append(f"{plan.replays} replays per layout, not {opts.replays}")
+    if plan.fits() and plan.replays < opts.replays:  # one replay less may leave room: give
+        plan, shrunk = _grow_back(plan, opts, schedule_for, replay_s_for, sim_s_per_seed,
+                                  span, shrunk)  # the seeds and the span back where it fits
+    if plan.rate.requests < full_n:
+        shrunk.insert(1 if shrunk and "passes" in shrunk[0] else 0,
+                      f"replays of {plan.rate.requests} requests over "
+                      f"{plan.rate.arrival_s[-1]:.0f} s, not {full_n} over {full_span:.0f} s "
+                      f"(the same load)")
     plan = replace(plan, shrunk=tuple(shrunk))
     if not plan.fits():
         raise UserError(
             f"--budget {budget_s:.0f} s is too small for this workload on this machine: the "
-            f"smallest plan ({plan.replays} replays of {rate.requests} requests per layout, "
+            f"smallest plan ({plan.replays} replays of {plan.rate.requests} requests per layout, "
             f"{plan.passes if plan.interleave else 1} calibration passes) needs about "
             f"{plan.total_s:.0f} s; raise --budget, or pass fewer --layouts")
     return plan
+
+
+def _grow_back(plan, opts, schedule_for, replay_s_for, sim_s_per_seed, span, shrunk):
+    """After the replays were cut: the noise seeds back, then longer spans, while it fits."""
+    if plan.sim_seeds < opts.sim_seeds:
+        more = replace(plan, sim_seeds=opts.sim_seeds, sim_s=sim_s_per_seed * opts.sim_seeds)
+        if more.fits():
+            plan = more
+            shrunk = [x for x in shrunk if "noise seeds" not in x]
+    while span < MAX_SPAN_S:
+        span = min(MAX_SPAN_S, span / 0.8)
+        rate = schedule_for(span)
+        more = replace(plan, rate=rate, replay_s=replay_s_for(rate))
+        if not more.fits():
+            break
+        plan = more
+    return plan, shrunk
 
 
 def timed(fn):

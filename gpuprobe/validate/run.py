@@ -116,11 +116,12 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     guard = PhaseGuard(t0 + opts.budget_s, 1, max_wait_s=opts.quiet_wait_s, say=say,
                        hard_deadline=t0 + opts.budget_s)
     with _log_dir(os.environ.get("GPUPROBE_VALIDATE_LOGS")) as tmp, \
-            start_speed_probe(opts, say) as speed_probe:
+            start_speed_probe(opts, say) as speed_probe, \
+            BudgetWatch(t0 + opts.budget_s, opts.budget_s, say) as watch:
         for layout in order:
             say(f"{layout}: starting the server")
             t_up = time.monotonic()
-            with LayoutProbe(opts, layout, tmp, cfg.vocab_size, say) as probe:
+            with watch.running(LayoutProbe(opts, layout, tmp, cfg.vocab_size, say)) as probe:
                 start_s = time.monotonic() - t_up
                 probe.calibrate(guard)
                 if layout == "monolithic":
@@ -178,6 +179,49 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                                                             busy.items())
             + ": those measurements include their interference")
     return out
+
+
+class BudgetWatch:
+    """No phase runs past the budget: at the deadline, the server of the phase in progress is
+    stopped, its requests fail, and the run stops with one line saying so (a calibration
+    pass on a machine loaded ten times over can take longer than the whole budget)."""
+
+    def __init__(self, deadline: float, budget_s: float, say=lambda m: None):
+        import threading
+
+        self.budget_s, self.say, self.expired, self.probe = budget_s, say, False, None
+        self.timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._expire)
+        self.timer.daemon = True
+
+    def _expire(self) -> None:
+        self.expired = True
+        probe = self.probe
+        if probe is not None and probe.handle is not None:
+            self.say(f"{probe.layout}: the {self.budget_s:.0f} s budget is spent; stopping")
+            probe.handle.stop(timeout_s=5.0)
+
+    @contextlib.contextmanager
+    def running(self, probe):
+        """`probe` entered, the one to stop when the budget runs out."""
+        with probe:
+            self.probe = probe
+            try:
+                yield probe
+            finally:
+                self.probe = None
+
+    def __enter__(self) -> "BudgetWatch":
+        self.timer.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.timer.cancel()
+        if self.expired and exc_type is not None and issubclass(exc_type, Exception):
+            raise GpuprobeError(
+                f"stopped: the --budget of {self.budget_s:.0f} s ran out before the "
+                f"measurements ended (the machine ran slower than planned: other processes "
+                f"used its cores); raise --budget, pass fewer --layouts or a smaller --limit, "
+                f"or run on a quieter machine") from exc
 
 
 @contextlib.contextmanager

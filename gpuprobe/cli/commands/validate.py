@@ -196,6 +196,7 @@ def run(args) -> int:
 
     opts = _options(args)
     require_device(opts.device)
+    _stop_cleanly_on_sigterm()
     wl = load_named_workload(args.store, args.workload)
     out = run_validate(wl, opts, progress=True)
     if args.profile_out:  # before anything else can fail: the calibration is the costly part
@@ -215,6 +216,18 @@ def run(args) -> int:
         except OSError as exc:
             raise UserError(f"--plot: cannot write {args.plot}: {exc.strerror or exc}") from exc
     return 0
+
+
+def _stop_cleanly_on_sigterm() -> None:
+    """SIGTERM (a `timeout`, a job stopped) ends the run the way Ctrl-C does, so the servers
+    it started are stopped on the way out instead of left holding the cores."""
+    import signal
+    import threading
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
 
 
 def _write_profile(profile: dict, path: str) -> None:
