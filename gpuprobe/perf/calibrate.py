@@ -40,6 +40,20 @@ def prefill_sizes_for(max_prompt: int, max_len: int) -> tuple[int, ...]:
     return tuple(dict.fromkeys(sizes))
 
 
+def decode_prompts_for(contexts, max_len: int, tokens: int = DECODE_TOKENS) -> tuple[int, ...]:
+    """DECODE_PROMPTS, plus the workload's median decode context (prompt + half its output,
+    `contexts`) where that is past twice the longest of them: the decode curve's context term
+    is then measured where the workload decodes rather than extrapolated from short bursts
+    (a workload of prompts ten times Azure's decodes at 5x the contexts DECODE_PROMPTS
+    reach). At most half the model's context, so the largest burst fits the server's
+    default KV cache."""
+    prompts = [n for n in DECODE_PROMPTS if n + tokens < max_len]
+    mid = int(np.median(np.asarray(contexts, dtype=float))) if len(contexts) else 0
+    if prompts and mid > 2 * prompts[-1]:
+        prompts.append(max(prompts[-1] + 1, min(mid, max_len // 2 - tokens)))
+    return tuple(prompts)
+
+
 def server_model(base_url: str, timeout_s: float = 10.0) -> dict:
     """The first entry of the server's GET /v1/models; {} when it lists none or does not answer
     (the endpoint is optional, and an unreachable server fails the calibration itself)."""

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import GpuprobeError, UserError
-from gpuprobe.perf.calibrate import prefill_sizes_for
+from gpuprobe.perf.calibrate import decode_prompts_for, prefill_sizes_for
 from gpuprobe.validate.replay_rate import schedule_frame
 from gpuprobe.perf.metrics import TBT_TOLERANCE, Slo, best_note, pick_best, tied_best
 from gpuprobe.perf.predict import median_summary
@@ -107,6 +107,8 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     cal = dict(opts.calibration)  # prefills calibrated up to the longest prompt replayed
     cal.setdefault("prefill_sizes", prefill_sizes_for(int(wl["prompt_tokens"].max()),
                                                       cfg.max_seq_len - 1))
+    cal.setdefault("decode_prompts", decode_prompts_for(
+        wl["prompt_tokens"] + wl["output_tokens"] / 2, cfg.max_seq_len))
     opts = replace(opts, calibration=tuple(cal.items()))
     t_start, t0 = time.time(), time.monotonic()
     order = ["monolithic"] + [x for x in opts.layouts if x != "monolithic"]
