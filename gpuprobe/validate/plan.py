@@ -123,6 +123,10 @@ def make_plan(schedule_for, replay_s_for, sim_s_per_seed: float, opts, layouts, 
         while not plan.fits() and plan.passes > 2:
             plan = replace(plan, passes=plan.passes - 1)
         shrunk.append(f"{plan.passes} calibration passes per layout, not {full}")
+    if not plan.fits() and plan.interleave:
+        plan = replace(plan, interleave=False, passes=1)
+        shrunk.append("one calibration pass before the replays and a short recheck after "
+                      "them, not passes around the replays")
     full_n, full_span = rate.requests, float(rate.arrival_s[-1])
     while not plan.fits() and span > MIN_SPAN_S:
         span = max(MIN_SPAN_S, span * 0.8)
@@ -139,7 +143,7 @@ def make_plan(schedule_for, replay_s_for, sim_s_per_seed: float, opts, layouts, 
         plan, shrunk = _grow_back(plan, opts, schedule_for, replay_s_for, sim_s_per_seed,
                                   span, shrunk)  # the seeds and the span back where it fits
     if plan.rate.requests < full_n:
-        shrunk.insert(1 if shrunk and "passes" in shrunk[0] else 0,
+        shrunk.insert(sum("calibration pass" in x for x in shrunk),
                       f"replays of {plan.rate.requests} requests over "
                       f"{plan.rate.arrival_s[-1]:.0f} s, not {full_n} over {full_span:.0f} s "
                       f"(the same load)")

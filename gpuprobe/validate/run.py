@@ -131,7 +131,8 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                     plan = _plan(wl, capacity, probe, opts, start_s, time.monotonic() - t0)
                     for line in plan.lines():
                         say(line)
-                    opts = replace(opts, replays=plan.replays, sim_seeds=plan.sim_seeds)
+                    opts = replace(opts, replays=plan.replays, sim_seeds=plan.sim_seeds,
+                                   interleave=plan.interleave)
                     sched = schedule_frame(wl, plan.rate)
                     say(_rate_line(capacity, plan.rate))
                     guard.replan(t0 + opts.budget_s - plan.sim_s, _phases(plan))
