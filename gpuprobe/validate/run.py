@@ -222,9 +222,10 @@ class BudgetWatch:
         if self.expired and exc_type is not None and issubclass(exc_type, Exception):
             raise GpuprobeError(
                 f"stopped: the --budget of {self.budget_s:.0f} s ran out before the "
-                f"measurements ended (the machine ran slower than planned: other processes "
-                f"used its cores); raise --budget, pass fewer --layouts or a smaller --limit, "
-                f"or run on a quieter machine") from exc
+                f"measurements ended (the phases took longer than planned, or the first "
+                f"calibration pass alone took the budget: see the foreign-load lines above); "
+                f"raise --budget, pass fewer --layouts or a smaller --limit, or run on a "
+                f"quieter machine") from exc
 
 
 @contextlib.contextmanager
