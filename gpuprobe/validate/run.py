@@ -114,9 +114,12 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
     order = ["monolithic"] + [x for x in opts.layouts if x != "monolithic"]
     probes, capacity, plan = {}, None, None
     say = lambda m: _say(m, progress)
-    # Before the plan, the guard knows only monolithic's first pass; make_plan sets the rest.
-    guard = PhaseGuard(t0 + opts.budget_s, 1, max_wait_s=opts.quiet_wait_s, say=say,
-                       hard_deadline=t0 + opts.budget_s)
+    # Before the plan the guard counts every phase of the full protocol, so monolithic's
+    # first pass is not repeated on a busy machine before the plan knows what the budget
+    # holds; make_plan sets the phases that will run.
+    per_layout = 1 + 2 * opts.replays if opts.interleave else 2 + opts.replays
+    guard = PhaseGuard(t0 + opts.budget_s, per_layout * len(order), max_wait_s=opts.quiet_wait_s,
+                       say=say, hard_deadline=t0 + opts.budget_s)
     with _log_dir(os.environ.get("GPUPROBE_VALIDATE_LOGS")) as tmp, \
             start_speed_probe(opts, say) as speed_probe, \
             BudgetWatch(t0 + opts.budget_s, opts.budget_s, say) as watch:
