@@ -48,7 +48,9 @@ def target_of(rec: dict) -> Target:
     p = rec.get("params") or {}
     body = rec.get("body") or {}
     share = p.get("prefill_share", rec.get("prefill_share"))
-    x, y = int(p.get("prefill_devices", 1)), int(p.get("decode_devices", 1))
+    # the brief's names, and the ones recommend's candidates write (num_prefill, num_decode)
+    x = int(p.get("prefill_devices", p.get("num_prefill", 1)))
+    y = int(p.get("decode_devices", p.get("num_decode", 1)))
     if layout == "cross" and share is None:
         share = x / (x + y)
     devices = x + y if layout == "cross" else int(body.get("devices") or p.get("devices") or 1)
@@ -59,7 +61,7 @@ def target_of(rec: dict) -> Target:
         max_num_batched_tokens=_int_or_none(p.get("max_num_batched_tokens")),
         max_num_seqs=_int_or_none(p.get("max_num_seqs")),
         prefill_devices=x, decode_devices=y, devices=devices,
-        link=str(p["link"]) if p.get("link") is not None else None,
+        link=_text_or_none(p.get("link", body.get("link"))),
         model=_model(rec))
 
 
@@ -72,6 +74,10 @@ def layout_request(t: Target) -> dict:
     if t.layout == "monolithic" and t.chunked_prefill and t.max_num_batched_tokens:
         body["chunked_prefill_tokens"] = t.max_num_batched_tokens
     return body
+
+
+def _text_or_none(v) -> str | None:
+    return None if v is None else str(v)
 
 
 def _int_or_none(v) -> int | None:

@@ -1,6 +1,8 @@
 """`gpuprobe plan`: the commands and files that run a recommendation on an engine (runs nothing)."""
 from __future__ import annotations
 
+import shlex
+
 from gpuprobe.cli.argtypes import http_url, positive_int
 
 NAME = "plan"
@@ -42,6 +44,7 @@ def run(args) -> int:
     for line in plan.setup:
         print(f"  {line}")
     for proc in plan.processes:
-        print(f"  {' '.join(proc.argv)}")
+        env = "".join(f"{k}={shlex.quote(v)} " for k, v in proc.env)
+        print(f"  {env}{shlex.join(proc.argv)}")
     print("written (nothing was run): " + ", ".join(str(p) for p in paths))
     return 0

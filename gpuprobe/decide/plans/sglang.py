@@ -84,7 +84,7 @@ def _split(t: Target, model: str, total_sms: int) -> Plan:
     else:
         notes.append("NIXL needs `pip install nixl`.")
     where = ("on one GPU, split by MPS" if t.layout == "intra" else
-             f"{t.prefill_devices} prefill and {t.decode_devices} decode GPUs")
+             f"on {t.prefill_devices} prefill and {t.decode_devices} decode GPUs")
     return Plan("sglang", t, VERSION, sources,
                 f"Disaggregated SGLang ({t.layout}): prefill and decode servers {where}, KV "
                 f"over {be}, the router in front.", tuple(procs), setup, tuple(notes))

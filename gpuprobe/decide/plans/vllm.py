@@ -87,7 +87,7 @@ def _split(t: Target, model: str, total_sms: int) -> Plan:
     notes.append(f"The proxy is vLLM's example ({PROXY}, run from a vLLM checkout); any router "
                  f"that sends the prefill request first and passes kv_transfer_params on works.")
     where = ("on one GPU, split by MPS" if t.layout == "intra" else
-             f"{t.prefill_devices} prefill and {t.decode_devices} decode GPUs")
+             f"on {t.prefill_devices} prefill and {t.decode_devices} decode GPUs")
     return Plan("vllm", t, VERSION, sources,
                 f"Disaggregated vLLM ({t.layout}): prefill and decode instances {where}, the KV "
                 f"cache handed over by NixlConnector.", tuple(procs), setup, tuple(notes))
