@@ -9,6 +9,7 @@ import asyncio
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import aiohttp
@@ -90,6 +91,10 @@ def test_faults_change_nothing(server, capsys):
         assert store.recommendation(rid)["applied_s"] is None
     now = _layout(srv.url)
     assert now["layout"] == "cross" and [h["actor"] for h in now["history"]] == ["startup", "admin"]
+    # the server checks who asks: an empty actor is refused before any switch
+    with pytest.raises(urllib.error.HTTPError) as bad:
+        _post_layout(srv.url, {"layout": "intra", "actor": ""}, [])
+    assert bad.value.code == 400 and b"actor" in bad.value.read()
     # the command line: exit 1 and one line for a fault, exit 2 for an unknown id
     (tmp / "bad").write_text("wrong")
     rc = main(["--store", str(db), "apply", "--recommendation", str(rid), "--target", srv.url,
@@ -101,6 +106,15 @@ def test_faults_change_nothing(server, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "--recommendation 9999" in err and err.count("\n") == 1, err
     assert _layout(srv.url)["layout"] == "cross"
+    with Store.open(db) as store:
+        assert store.recommendation(rid)["applied_s"] is None
+    # and with the right token the command switches and says so
+    rc = main(["--store", str(db), "apply", "--recommendation", str(rid), "--target", srv.url,
+               "--admin-token-file", str(tmp / "token")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "now runs intra prefill_share=0.5" in out, out
+    assert f"recommendation {rid} marked applied" in out
+    assert _layout(srv.url)["history"][-1]["actor"] == "gpuprobe-apply"
 
 
 async def _apply_under_load(url: str, db, rid: int) -> tuple[list, list, dict, list, list]:

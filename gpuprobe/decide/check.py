@@ -32,6 +32,9 @@ def check_recommendation(store, rec_id: int) -> dict:
     ttft_s, tbt_s = slo_targets(rec)
     reqs = store.requests(source="server", since_s=float(rec["applied_s"]))
     reqs = reqs[reqs["layout"] == rec["layout"]]
+    run = _switched_run(store, rec)
+    if run is not None:  # only the server that was switched, when others share the store
+        reqs = reqs[(reqs["run_id"] == run[0]) & (reqs["host"] == run[1])]
     if len(reqs):
         reqs = reqs.assign(token_times=[json.loads(x) if isinstance(x, str) else (x or [])
                                         for x in reqs["token_times"]])
@@ -45,13 +48,28 @@ def check_recommendation(store, rec_id: int) -> dict:
         err = (v - p) / p if p not in (None, 0) and v is not None else None
         rows.append({"metric": m, "predicted": p, "measured": v, "rel_error": err})
     n_ok = int((reqs["status"] == "ok").sum()) if len(reqs) else 0
-    note = None if len(reqs) else (
-        f"no request has reached {rec.get('applied_target')} on layout {rec['layout']} since "
-        f"the switch; send traffic (gpuprobe replay) and check again")
+    note = None
+    if run is None:
+        note = (f"this store has no layout event for recommendation {rec_id} (does the server "
+                f"record into it? gpuprobe serve --store); counting every server's requests")
+    if not len(reqs):
+        note = (f"no request has reached {rec.get('applied_target')} on layout {rec['layout']} "
+                f"since the switch; send traffic (gpuprobe replay) and check again"
+                + (f". Also: {note}" if note else ""))
     return {"id": int(rec["id"]), "layout": rec["layout"], "applied_s": float(rec["applied_s"]),
             "applied_target": rec.get("applied_target"), "num_requests": int(len(reqs)),
             "num_ok": n_ok, "slo": {"ttft_s": ttft_s, "tbt_s": tbt_s}, "metrics": rows,
             "note": note}
+
+
+def _switched_run(store, rec: dict) -> tuple[str, str] | None:
+    """(run_id, host) of the server whose layout event names this recommendation, or None."""
+    ev = store.layout_events(since_s=float(rec["applied_s"]) - 3600.0)
+    if not len(ev):
+        return None
+    ev = ev[(ev["reason"] == f"recommendation {rec['id']}") & (ev["status"] == "ok")
+            & (ev["to_layout"] == rec["layout"])]
+    return (str(ev["run_id"].iloc[-1]), str(ev["host"].iloc[-1])) if len(ev) else None
 
 
 def slo_targets(rec: dict) -> tuple[float, float]:
