@@ -72,3 +72,19 @@ def test_plan_refuses_unknown_id_and_missing_model(tmp_path, capsys):
     rc = main(["--store", db, "plan", "--recommendation", str(ids["nomodel"]), "--engine",
                "sglang", "--model", "Qwen/Qwen3-0.6B", "--out", str(tmp_path / "p")])
     assert rc == 0 and "--mem-fraction-static" in (tmp_path / "p" / "launch.sh").read_text()
+
+
+def test_plan_refuses_unreadable_params_and_a_file_as_out(tmp_path, capsys):
+    db, ids = _store(tmp_path)
+    with Store.open(db) as store:
+        bad = store.insert_recommendation({"workload": "w", "layout": "intra",
+                                           "params": {"prefill_share": 1.5}})
+    rc = main(["--store", db, "plan", "--recommendation", str(bad), "--engine", "vllm",
+               "--model", "m", "--out", str(tmp_path / "p")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "prefill_share must be between 0 and 1" in err and err.count("\n") == 1
+    (tmp_path / "afile").write_text("x")
+    rc = main(["--store", db, "plan", "--recommendation", str(ids["intra"]), "--engine", "vllm",
+               "--out", str(tmp_path / "afile")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--out" in err and "cannot write there" in err and err.count("\n") == 1

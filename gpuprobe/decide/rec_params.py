@@ -41,6 +41,15 @@ def load_recommendation(store, rec_id: int) -> dict:
 
 
 def target_of(rec: dict) -> Target:
+    """UserError (one line, naming the recommendation) when its params cannot be read."""
+    try:
+        return _target(rec)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise UserError(f"recommendation {rec.get('id')}: params {rec.get('params')!r} cannot "
+                        f"be read ({exc})") from None
+
+
+def _target(rec: dict) -> Target:
     layout = rec.get("layout")
     if layout not in ("monolithic", "intra", "cross"):
         raise UserError(f"recommendation {rec.get('id')}: layout {layout!r} is not one of "
@@ -54,6 +63,10 @@ def target_of(rec: dict) -> Target:
     if layout == "cross" and share is None:
         share = x / (x + y)
     devices = x + y if layout == "cross" else int(body.get("devices") or p.get("devices") or 1)
+    if min(x, y) < 1:
+        raise ValueError(f"device counts must be at least 1, got {x}P{y}D")
+    if layout != "monolithic" and share is not None and not 0 < float(share) < 1:
+        raise ValueError(f"prefill_share must be between 0 and 1, got {share}")
     return Target(
         rec_id=int(rec["id"]), workload=str(rec.get("workload") or ""), layout=layout,
         prefill_share=None if layout == "monolithic" else float(0.5 if share is None else share),

@@ -38,7 +38,10 @@ def run(args) -> int:
     if not model:
         raise UserError(f"recommendation {t.rec_id} names no model: give --model NAME")
     plan = build_plan(t, args.engine, model, args.target, args.total_sms)
-    paths = write_plan(plan, args.out)
+    try:
+        paths = write_plan(plan, args.out)
+    except OSError as exc:
+        raise UserError(f"--out {args.out}: cannot write there ({exc.strerror})") from None
     print(f"plan for recommendation {t.rec_id} ({t.layout}) on {plan.engine} {plan.version}: "
           f"{plan.summary}")
     for line in plan.setup:
