@@ -178,3 +178,26 @@ def test_check_refuses_a_recommendation_never_applied(tmp_path):
         result = check_recommendation(store, rid)
     assert result["num_requests"] == 0 and "no request has reached" in result["note"]
     assert [r["measured"] for r in result["metrics"]] == [None] * 5
+
+
+def test_recommend_check_entry_point(tmp_path, capsys):
+    """What `recommend --check ID` runs: one line for an unknown id, JSON with --json."""
+    import argparse
+
+    from gpuprobe.cli.commands._recommend_check import add_check_argument, run_check
+    p = argparse.ArgumentParser()
+    add_check_argument(p)
+    p.add_argument("--json", action="store_true")
+    db = tmp_path / "s.db"
+    with Store.open(db) as store:
+        rid = _recommendation(store, "cross", {"num_prefill": 1, "num_decode": 1})
+        store.mark_recommendation_applied(rid, "http://x:1", ts_s=time.time())
+    args = p.parse_args(["--check", str(rid), "--json"])
+    args.store = str(db)
+    assert run_check(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["id"] == rid and out["num_requests"] == 0
+    assert {r["metric"] for r in out["metrics"]} >= {"ttft_p99_s", "slo_attainment"}
+    args.check = 4242
+    with pytest.raises(UserError, match="no such recommendation"):
+        run_check(args)
