@@ -16,6 +16,7 @@ SOURCES = (
     "https://docs.vllm.ai/en/v0.12.0/features/nixl_connector_usage/ (NixlConnector, kv_role "
     "kv_producer/kv_consumer, VLLM_NIXL_SIDE_CHANNEL_PORT/HOST, UCX_NET_DEVICES, "
     "toy_proxy_server.py)",
+    "https://docs.vllm.ai/en/v0.12.0/serving/data_parallel_deployment/ (--data-parallel-size)",
 )
 PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"  # in the vLLM repository
 
