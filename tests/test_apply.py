@@ -201,3 +201,30 @@ def test_recommend_check_entry_point(tmp_path, capsys):
     args.check = 4242
     with pytest.raises(UserError, match="no such recommendation"):
         run_check(args)
+
+
+def test_check_counts_only_the_switched_server_until_its_next_switch(tmp_path):
+    """Two servers record into one store; the check takes the one whose layout event names the
+    recommendation, from the switch until that server's next switch."""
+    from gpuprobe.server.telemetry import request_record
+
+    def req(run: str, rid: str, t0: float) -> dict:
+        return request_record(run, "h", "tiny", "intra", rid, arrival_s=t0, prompt_tokens=4,
+                              token_times_s=[t0 + 0.05, t0 + 0.07, t0 + 0.1], dispatch_s=t0,
+                              prefill_start_s=t0, prefill_end_s=t0 + 0.04, kv_handoff_s=None,
+                              kv_handoff_bytes=None, finish_s=t0 + 0.1, status="ok", error=None)
+    with Store.open(tmp_path / "s.db") as store:
+        rid = _recommendation(store, "intra", {"prefill_share": 0.5})
+        store.insert_layout_events([
+            {"ts_s": 100.0, "host": "h", "run_id": "r1", "from_layout": "monolithic",
+             "to_layout": "intra", "actor": "gpuprobe-apply", "reason": f"recommendation {rid}"},
+            {"ts_s": 200.0, "host": "h", "run_id": "r1", "from_layout": "intra",
+             "to_layout": "intra", "actor": "autopilot", "reason": "forecast"}])
+        store.insert_requests([req("r1", "a", 99.0), req("r1", "b", 102.0),
+                               req("r1", "c", 150.0), req("r2", "d", 120.0),
+                               req("r1", "e", 201.0)])
+        store.mark_recommendation_applied(rid, "http://h:1", ts_s=101.0)
+        result = check_recommendation(store, rid)
+    assert (result["num_requests"], result["num_ok"], result["note"]) == (2, 2, None)
+    ttft = next(r for r in result["metrics"] if r["metric"] == "ttft_p50_s")
+    assert ttft["measured"] == pytest.approx(0.05) and ttft["rel_error"] == pytest.approx(0.0)

@@ -33,8 +33,10 @@ def check_recommendation(store, rec_id: int) -> dict:
     reqs = store.requests(source="server", since_s=float(rec["applied_s"]))
     reqs = reqs[reqs["layout"] == rec["layout"]]
     run = _switched_run(store, rec)
-    if run is not None:  # only the server that was switched, when others share the store
-        reqs = reqs[(reqs["run_id"] == run[0]) & (reqs["host"] == run[1])]
+    if run is not None:  # only the server that was switched, when others share the store,
+        run_id, host, until_s = run  # and only until its next switch
+        reqs = reqs[(reqs["run_id"] == run_id) & (reqs["host"] == host)
+                    & (reqs["arrival_s"] < (until_s or float("inf")))]
     if len(reqs):
         reqs = reqs.assign(token_times=[json.loads(x) if isinstance(x, str) else (x or [])
                                         for x in reqs["token_times"]])
@@ -62,14 +64,20 @@ def check_recommendation(store, rec_id: int) -> dict:
             "note": note}
 
 
-def _switched_run(store, rec: dict) -> tuple[str, str] | None:
-    """(run_id, host) of the server whose layout event names this recommendation, or None."""
-    ev = store.layout_events(since_s=float(rec["applied_s"]) - 3600.0)
+def _switched_run(store, rec: dict) -> tuple[str, str, float | None] | None:
+    """(run_id, host, the start of that server's next switch or None) for the server whose
+    layout event names this recommendation; None when the store holds no such event."""
+    applied_s = float(rec["applied_s"])
+    ev = store.layout_events(since_s=applied_s - 3600.0)
     if not len(ev):
         return None
-    ev = ev[(ev["reason"] == f"recommendation {rec['id']}") & (ev["status"] == "ok")
-            & (ev["to_layout"] == rec["layout"])]
-    return (str(ev["run_id"].iloc[-1]), str(ev["host"].iloc[-1])) if len(ev) else None
+    mine = ev[(ev["reason"] == f"recommendation {rec['id']}") & (ev["status"] == "ok")
+              & (ev["to_layout"] == rec["layout"])]
+    if not len(mine):
+        return None
+    run_id, host = str(mine["run_id"].iloc[-1]), str(mine["host"].iloc[-1])
+    later = ev[(ev["run_id"] == run_id) & (ev["host"] == host) & (ev["ts_s"] > applied_s)]
+    return run_id, host, (float(later["ts_s"].min()) if len(later) else None)
 
 
 def slo_targets(rec: dict) -> tuple[float, float]:
