@@ -71,7 +71,7 @@ def layout_profile(profile, layout: str):
 
 
 def predict(workload: pd.DataFrame, profile, layout: str, slo: Slo = Slo(),
-            config: LayoutConfig | None = None, seeds: int = 1, first_seed: int = 0,
+            config: LayoutConfig | None = None, seeds: int = 1, first_seed: int | None = 0,
             host_effects: HostEffects | None = None) -> dict:
     """The predicted summary of `workload` (arrival_s as offered) through `layout`.
 
@@ -86,9 +86,11 @@ def predict(workload: pd.DataFrame, profile, layout: str, slo: Slo = Slo(),
     groups = he.speed_drift.get(layout) or [{}]
     per_group, stretch, confidence = [], {}, None
     for i, f in enumerate(groups):
+        # first_seed None: every step on its curve (one run, as simulate(seed=None))
+        run_seeds = [None] if first_seed is None else \
+            [first_seed + i + len(groups) * j for j in range(seeds)]
         sims = [_contended(workload, stretched(prof, f) if f else prof, layout,
-                           _scaled_front(front, f), slo, config,
-                           first_seed + i + len(groups) * j) for j in range(seeds)]
+                           _scaled_front(front, f), slo, config, seed) for seed in run_seeds]
         per_group.append(median_summary([res.summary for _, res in sims]))
         if i == 0:
             stretch, confidence = sims[0][0], sims[0][1].summary["confidence"]
@@ -109,7 +111,8 @@ def _scaled_front(front, factors: dict[str, float]):
                    cpu_per_prompt_token_s=front.cpu_per_prompt_token_s * f)
 
 
-def _contended(wl: pd.DataFrame, profile, layout: str, front, slo: Slo, config, seed: int):
+def _contended(wl: pd.DataFrame, profile, layout: str, front, slo: Slo, config,
+               seed: int | None):
     """({worker: step-time factor}, SimResult) with the front's CPU taken from the workers'
     cores (module docstring); without a front, the plain simulation."""
     from gpuprobe.perf.contention import arrival_stalled, busy_stretch, stretched
