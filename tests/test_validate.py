@@ -296,3 +296,17 @@ class _Entered:
 
     def __exit__(self, *exc):
         return None
+
+
+def test_the_guard_reserves_the_plans_phases_not_the_short_ones_so_far():
+    """After the plan, a disturbed replay is not repeated on time the planned calibration
+    passes still need (the mean of the phases so far said there was room)."""
+    import time
+
+    from gpuprobe.validate.cpu_watch import PhaseGuard
+
+    guard = PhaseGuard(time.monotonic() + 100, phases_left=5, phase_s=1)
+    guard.took = [1.0, 1.0]
+    assert guard.spare_s() > 50
+    guard.replan(time.monotonic() + 100, 5, phase_s=30.0)
+    assert guard.spare_s() < 0

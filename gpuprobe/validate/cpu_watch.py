@@ -119,11 +119,15 @@ class PhaseGuard:
         self.max_wait_s, self.quiet, self.say = max_wait_s, quiet, say
         self.hard_deadline = hard_deadline  # no phase starts past it (the run's budget)
         self.took: list[float] = []  # seconds each run of a phase took
+        self.planned_phase_s: float | None = None  # the plan's mean phase (replan)
 
-    def replan(self, deadline: float, phases_left: int) -> None:
-        """A new deadline for the phases and how many are left (validate's plan); no phase
-        starts once it could not end by the deadline at the mean phase length."""
+    def replan(self, deadline: float, phases_left: int, phase_s: float | None = None) -> None:
+        """A new deadline for the phases, how many are left and their planned mean length
+        (validate's plan); no phase starts once it could not end by the deadline. The
+        reserve per phase is then at least the plan's: the phases run so far (one long
+        calibration pass and short replays) may say less than what is left."""
         self.deadline, self.phases_left = deadline, phases_left
+        self.planned_phase_s = phase_s
         if self.hard_deadline is not None:
             self.hard_deadline = min(self.hard_deadline, deadline)
 
@@ -131,7 +135,8 @@ class PhaseGuard:
         """The mean length of the phases run so far (`phase_s` before the first): validate's
         phases range from a 13 s calibration pass to a 31 s replay, so a floor at the longest
         would reserve more than the budget holds and leave no room for a wait or a repeat."""
-        return sum(self.took) / len(self.took) if self.took else self.phase_s
+        mean = sum(self.took) / len(self.took) if self.took else self.phase_s
+        return max(mean, self.planned_phase_s or 0.0)
 
     def spare_s(self) -> float:
         """Seconds the budget holds beyond the next phase and the phases left after it."""

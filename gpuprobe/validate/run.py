@@ -138,7 +138,9 @@ def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool =
                                    interleave=plan.interleave)
                     sched = schedule_frame(wl, plan.rate)
                     say(_rate_line(capacity, plan.rate))
-                    guard.replan(t0 + opts.budget_s - plan.sim_s, _phases(plan))
+                    left = _phases(plan)
+                    guard.replan(t0 + opts.budget_s - plan.sim_s, left,
+                                 (plan.total_s - plan.spent_s - plan.sim_s) / max(1, left))
                 if layout in opts.layouts and opts.interleave:
                     for i in range(opts.replays):
                         probe.replay(sched, guard, 1)
