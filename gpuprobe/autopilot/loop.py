@@ -1,0 +1,188 @@
+"""The autopilot's loop: one decision per interval, each written to the audit log.
+
+    ap = Autopilot(store, Target(url, token), profile, slo, AutopilotConfig(url, ...))
+    ap.run(stop_event)      # until stop_event is set (SIGTERM sets it, between decisions)
+
+A decision: fill in the previous decision's outcome (what the interval since it measured),
+read the target's layout, read the window of the server's requests from the store, forecast
+the next interval, predict the candidates, ask the policy, switch when it says so (not in a
+dry run), and insert the decision. Faults at the target are logged as a decision with action
+`no-target`; nothing is changed and the next interval tries again.
+"""
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, replace
+
+from gpuprobe.autopilot import inputs, outcome
+from gpuprobe.autopilot.policy import SWITCH, PolicyConfig, PolicyState, after_switch, decide, key, observe
+from gpuprobe.autopilot.target import Target, TargetError
+
+LOCK_RENEW_S = 30.0  # well inside the store's stale-lock age (120 s)
+
+
+@dataclass(frozen=True)
+class AutopilotConfig:
+    target: str
+    interval_s: float = 30.0
+    window_s: float | None = None  # how far back each decision reads (default: one interval)
+    dry_run: bool = False
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    @property
+    def window(self) -> float:
+        return self.window_s or self.interval_s
+
+
+def lock_name(target: str) -> str:
+    return f"autopilot:{target.rstrip('/')}"
+
+
+class Autopilot:
+    def __init__(self, store, target: Target, profile, slo, cfg: AutopilotConfig,
+                 say=print, clock=time.time):
+        self.store, self.target, self.profile, self.slo, self.cfg = store, target, profile, slo, cfg
+        self.say, self.clock = say, clock
+        self.host = socket.gethostname()
+        self.state = PolicyState()
+        self.virtual: tuple[str, dict] | None = None  # a dry run's layout after its first "switch"
+        self.prev: tuple[int, float] | None = None    # (decision id, ts) awaiting its outcome
+        self.decisions = 0
+
+    # ---- the loop -------------------------------------------------------------------------
+    def run(self, stop: threading.Event, max_decisions: int | None = None) -> int:
+        """Decide every interval until `stop` is set; returns how many decisions were made.
+        The live autopilot holds the target's lock throughout (a dry run changes nothing and
+        takes none)."""
+        name = lock_name(self.cfg.target)
+        if not self.cfg.dry_run:
+            self.store.acquire_lock(name)  # StoreError naming the holder if another runs
+        try:
+            t_next = self.clock()
+            while not stop.is_set():
+                self.step()
+                if max_decisions and self.decisions >= max_decisions:
+                    break
+                t_next += self.cfg.interval_s
+                if (late := self.clock() - t_next) > 0:  # a long switch: skip the missed ticks
+                    t_next += math.ceil(late / self.cfg.interval_s) * self.cfg.interval_s
+                while not stop.is_set() and (wait := t_next - self.clock()) > 0:
+                    stop.wait(min(wait, LOCK_RENEW_S))
+                    if not self.cfg.dry_run:
+                        self.store.renew_lock(name)
+            self.close_outcome(partial=True)
+        finally:
+            if not self.cfg.dry_run:
+                self.store.release_lock(name)
+        return self.decisions
+
+    def step(self) -> dict:
+        """One decision, written to the audit log; returns the record."""
+        now = self.clock()
+        self.close_outcome()
+        start = now - self.cfg.window
+        rec = {"host": self.host, "target": self.cfg.target, "ts_s": now,
+               "window_start_s": start, "window_end_s": now}
+        try:
+            seen = self.target.layout()
+        except TargetError as exc:
+            return self._log({**rec, "current_layout": self.state.layout, "action": "no-target",
+                              "reason": f"{exc.kind}: {exc}; nothing changed, retried next interval"})
+        self._observe(seen, now)
+        rows = outcome.server_requests(self.store, start, now)
+        rec["current_layout"] = self.state.layout
+        if not len(rows):
+            d = decide(self.state, [], now, start, self.cfg.policy, traffic=False)
+            self.state = d.state
+            return self._log({**rec, "action": "hold", "reason": d.reason,
+                              "forecast": {"window_requests": 0}})
+        wl, fsum = inputs.forecast_next(inputs.window_workload(rows), self.cfg.window,
+                                        self.cfg.interval_s)
+        pred = inputs.predict(wl, self.profile, self.slo)
+        cands = list(pred.get("candidates") or [])
+        d = decide(self.state, cands, now, start, self.cfg.policy)
+        self.state = d.state
+        rec.update(forecast=fsum, candidates=cands, action=d.action, reason=d.reason,
+                   recommendation_id=pred.get("id"),
+                   predicted={"source": pred.get("source"), "gain": _finite(d.gain),
+                              "chosen": d.chosen, "current": d.current})
+        if d.chosen:
+            rec.update(chosen_layout=key(d.chosen["layout"], d.chosen.get("params")),
+                       params=d.chosen.get("params") or {})
+        if d.action == SWITCH:
+            rec.update(self._switch(d.chosen, d.reason, now))
+        return self._log(rec)
+
+    # ---- parts ----------------------------------------------------------------------------
+    def _observe(self, seen: dict, now: float) -> None:
+        if self.state.layout is None:  # the dwell of the layout found: since its last switch
+            ok = [h for h in seen.get("history") or [] if h.get("status") == "ok"]
+            self.state = replace(self.state, layout_since_s=float(ok[-1]["ts_s"]) if ok else now)
+        layout, params = self.virtual or (seen["layout"], {"prefill_share": seen.get("prefill_share")})
+        self.state = observe(self.state, layout, params, now)
+
+    def _switch(self, chosen: dict, reason: str, now: float) -> dict:
+        new_key = key(chosen["layout"], chosen.get("params"))
+        if self.cfg.dry_run:
+            self.virtual = (chosen["layout"], dict(chosen.get("params") or {}))
+            self.state = after_switch(self.state, True, now, self.cfg.policy, new_key)
+            return {"action": "would-switch", "reason": f"dry run: {reason}"}
+        try:
+            entry = self.target.switch(chosen["layout"], chosen.get("params") or {}, reason)
+        except TargetError as exc:
+            if exc.kind != "failed":  # never started (or unknown): re-read next interval
+                return {"action": "no-target",
+                        "reason": f"{reason}; not done: {exc.kind}: {exc}; retried next interval"}
+            self.state = after_switch(self.state, False, now, self.cfg.policy)
+            out = {"action": "switch-failed", "reason": f"{reason}; failed: {exc}"}
+            if self.state.halted:
+                msg = (f"autopilot holds {self.state.layout} at {self.cfg.target}: the switch to "
+                       f"{new_key} failed {self.state.failures} times ({exc})")
+                self.store.insert_events([{"ts_s": now, "host": self.host, "source": "autopilot",
+                                           "device": self.cfg.target, "kind": "autopilot_halted",
+                                           "message": msg}])
+                out["reason"] += "; halted (event raised)"
+            return out
+        self.state = after_switch(self.state, True, now, self.cfg.policy, new_key)
+        return {"action": "switch", "reason": f"{reason}; done in {entry.get('duration_s', '?')} s"}
+
+    def close_outcome(self, partial: bool = False) -> None:
+        """Fill in the previous decision's outcome: what the interval after it measured."""
+        if not self.prev:
+            return
+        dec_id, ts = self.prev
+        self.prev = None
+        end = self.clock()
+        slo = inputs.slo_dict(self.slo)
+        got = outcome.measure(outcome.server_requests(self.store, ts, end),
+                              slo.get("ttft_p99_s", slo.get("ttft_s", 2.0)),
+                              slo.get("tbt_p99_s", slo.get("tbt_s", 0.1)))
+        got.update(start_s=ts, end_s=end, layout_after=self.state.layout, partial=partial)
+        self.store.set_decision_outcome(dec_id, got)
+
+    def _log(self, rec: dict) -> dict:
+        for col in ("params", "forecast", "candidates", "predicted"):
+            if col in rec and not isinstance(rec[col], str):  # numpy numbers from the predictors
+                rec[col] = json.loads(json.dumps(rec[col], default=_plain))
+        rec["id"] = self.store.insert_decision(rec)
+        self.prev = (rec["id"], rec["ts_s"])
+        self.decisions += 1
+        dry = " [dry run]" if self.cfg.dry_run else ""
+        self.say(f"{time.strftime('%H:%M:%S', time.localtime(rec['ts_s']))} "
+                 f"{rec.get('current_layout') or '?'}: {rec['action']}{dry}: {rec['reason']}")
+        return rec
+
+
+def _finite(x):
+    return None if x is None or x != x or x in (float("inf"), float("-inf")) else x
+
+
+def _plain(x):
+    try:
+        return _finite(float(x))
+    except (TypeError, ValueError):
+        return str(x)
