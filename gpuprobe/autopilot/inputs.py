@@ -95,9 +95,9 @@ def forecast_next(window_df: pd.DataFrame, window_s: float, horizon_s: float) ->
         bucket_s = max(window_s / 6.0, 0.5)
         f = forecast_workload(window_df, bucket_s=bucket_s, horizon_s=horizon_s)
         wl = workload_from_forecast(f, window_df)
-        summary.update(source="gpuprobe.forecast", forecast=_forecast_means(f))
+        summary.update(source="gpuprobe.forecast", forecast=_forecast_means(f), span_s=horizon_s)
         return wl, summary
-    summary["source"] = "persistence (the last window as the next interval)"
+    summary.update(source="persistence (the last window as the next interval)", span_s=window_s)
     return window_df, summary
 
 
@@ -106,7 +106,7 @@ def _forecast_means(f: dict) -> dict:
             for name, s in (f.get("series") or {}).items()}
 
 
-def predict(workload_df: pd.DataFrame, profile, slo, profile_path: str | None = None) -> dict:
+def predict(workload_df: pd.DataFrame, profile, slo, horizon_s: float) -> dict:
     """{layout, params, candidates, source, ...}: candidates ranked best first, each with
     layout, params, predicted latencies, slo_attainment and goodput per device."""
     if _have("gpuprobe.decide.recommend"):
@@ -114,30 +114,38 @@ def predict(workload_df: pd.DataFrame, profile, slo, profile_path: str | None = 
         rec = dict(recommend(workload_df, profile, slo, devices=2))
         rec["source"] = "gpuprobe.decide.recommend"
         return rec
-    return _fallback_predict(workload_df, profile, slo)
+    return _fallback_predict(workload_df, profile, slo, horizon_s)
 
 
-def _fallback_predict(workload_df: pd.DataFrame, profile, slo) -> dict:
+def _fallback_predict(workload_df: pd.DataFrame, profile, slo, horizon_s: float) -> dict:
     from gpuprobe.perf.metrics import Slo
     from gpuprobe.perf.simulator import simulate
+    from gpuprobe.perf.sim_layouts import DEVICES
 
-    sim_slo = Slo(slo.ttft_s, slo.tbt_s)
     cands = []
     for i, layout in enumerate(("monolithic", "intra", "cross")):
-        s = simulate(workload_df, profile, layout, sim_slo).summary
+        res = simulate(workload_df, profile, layout, Slo(slo.ttft_s, slo.tbt_s))
+        r, s = res.requests, res.summary
+        # A request meets the SLO when its TTFT and its longest gap do: a streaming user feels
+        # the one stall a prefill puts into a decode step, which a mean gap would hide.
+        met = r["ok"] & (r["ttft_s"] <= slo.ttft_s) & (r["tbt_max_s"].isna() | (r["tbt_max_s"] <= slo.tbt_s))
+        att = float(met.mean()) if len(r) else 0.0
         cands.append({
             "layout": layout, "params": {} if layout == "monolithic" else {"prefill_share": FALLBACK_SHARE},
             "ttft_p99_s": _num(s.get("ttft_p99_s")), "tbt_p99_s": _num(s.get("tbt_p99_s")),
-            "slo_attainment": _num(s.get("slo_attainment"), 0.0),
-            "goodput_rps_per_device": _num(s.get("goodput_rps_per_device"), 0.0), "simplicity": i})
-    # Those meeting the attainment target first, by goodput per device; then by attainment;
-    # ties to the simpler layout.
-    cands.sort(key=lambda c: (-(c["slo_attainment"] >= slo.attain), -round(c["goodput_rps_per_device"], 6)
-                              if c["slo_attainment"] >= slo.attain else -c["slo_attainment"],
-                              c["simplicity"]))
+            "tbt_max_p99_s": _num(r["tbt_max_s"].quantile(0.99)) if len(r) else None,
+            "slo_attainment": round(att, 4),
+            "goodput_rps_per_device": round(float(met.sum()) / horizon_s / DEVICES[layout], 4),
+            "simplicity": i})
+    # Those meeting the attainment target first, by goodput per device, then by attainment;
+    # ties go to the simpler layout.
+    cands.sort(key=lambda c: (c["slo_attainment"] < slo.attain,
+                              -c["goodput_rps_per_device"] if c["slo_attainment"] >= slo.attain
+                              else -c["slo_attainment"], c["simplicity"]))
     best = cands[0]
     return {"layout": best["layout"], "params": best["params"], "candidates": cands,
-            "source": "fallback: simulate at the window's rate (gpuprobe.decide.recommend absent)"}
+            "source": "fallback: simulate the window, ranked by goodput per device "
+                      "(gpuprobe.decide.recommend absent)"}
 
 
 def _num(v, default=None):

@@ -102,7 +102,7 @@ class Autopilot:
                               "forecast": {"window_requests": 0}})
         wl, fsum = inputs.forecast_next(inputs.window_workload(rows), self.cfg.window,
                                         self.cfg.interval_s)
-        pred = inputs.predict(wl, self.profile, self.slo)
+        pred = inputs.predict(wl, self.profile, self.slo, fsum["span_s"])
         cands = list(pred.get("candidates") or [])
         d = decide(self.state, cands, now, start, self.cfg.policy)
         self.state = d.state

@@ -10,10 +10,18 @@ import numpy as np
 import pandas as pd
 
 
+MAX_AGE_S = 600.0  # a request older than this at its finish is not looked for
+
+
 def server_requests(store, start_s: float, end_s: float) -> pd.DataFrame:
-    """The server's request rows that arrived in [start_s, end_s)."""
-    df = store.requests(source="server", since_s=start_s)
-    return df[df["arrival_s"] < end_s] if len(df) else df
+    """The server's request rows that finished in [start_s, end_s). By finish, because the
+    server writes a row when its request ends: a window by arrival would miss the requests
+    still running, all of them when the server is slow."""
+    df = store.requests(source="server", since_s=start_s - MAX_AGE_S)
+    if not len(df):
+        return df
+    end = df["finish_s"].fillna(df["arrival_s"])
+    return df[(end >= start_s) & (end < end_s)]
 
 
 def measure(rows: pd.DataFrame, slo_ttft_s: float, slo_tbt_s: float) -> dict:
