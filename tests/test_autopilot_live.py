@@ -81,7 +81,10 @@ def _drive(server, profile, wl, policy, dry_run=False, token=TOKEN):
         ap.run(stop)
         th.join()
         decisions = store.decisions(server.url, since_s=t_start)
-        events = store.layout_events(since_s=t_start)
+        switched = decisions.action.eq("switch").sum()
+        deadline = time.time() + 10  # the server's telemetry writes its events every 0.5 s
+        while len(events := store.layout_events(since_s=t_start)) < switched and time.time() < deadline:
+            time.sleep(0.2)
         rows = store.requests(source="server", since_s=t_start)
     return decisions, events, out["r"], rows, lines
 

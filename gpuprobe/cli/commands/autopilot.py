@@ -59,8 +59,7 @@ def run(args) -> int:
     token, _ = load_token(args.admin_token_file)
     stop = threading.Event()
     # SIGTERM and Ctrl-C only set the flag: the decision in flight (a switch included) finishes.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     if run_for:
         timer = threading.Timer(run_for, stop.set)
         timer.daemon = True
@@ -72,6 +71,8 @@ def run(args) -> int:
             n = ap.run(stop)
         finally:
             stop.set()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     print(f"autopilot stopped after {n} decisions")
     return 0
 
