@@ -134,6 +134,21 @@ def test_oscillating_mix_never_switches(server, profile):
     assert dec.reason.str.startswith("dwell").any(), "\n".join(lines)
 
 
+def test_refused_token_and_no_traffic_change_nothing(server, profile, tmp_path):
+    with Store.open(tmp_path / "empty.db") as store:  # the server's requests are not in it
+        def one(token):
+            ap = Autopilot(store, Target(server.url, token), profile, parse_slo(SLO),
+                           AutopilotConfig(server.url, INTERVAL, WINDOW, False, SHIFT_POLICY),
+                           say=lambda _: None)
+            return ap.step()
+        refused = one("wrong-token")
+        quiet = one(TOKEN)
+    assert refused["action"] == "no-target" and "refused the admin token (401" in refused["reason"]
+    assert "nothing changed, retried next interval" in refused["reason"]
+    assert quiet["action"] == "hold" and quiet["reason"].startswith("no traffic")
+    assert Target(server.url, TOKEN).layout()["layout"] == "monolithic"
+
+
 def test_switches_once_after_the_shift_and_no_request_fails(server, profile):
     _reset(server)
     dec, events, res, rows, lines = _drive(server, profile, _shift_workload(), SHIFT_POLICY)
@@ -153,3 +168,31 @@ def test_switches_once_after_the_shift_and_no_request_fails(server, profile):
     assert filled.all(), log
     assert "intra" in dec[dec.pk == switched.pk.iloc[0]].outcome.iloc[0]
     assert events.reason.iloc[0].startswith("switch monolithic -> intra@0.5")
+
+
+def test_switch_cut_off_midway_is_logged_and_the_layout_reread(server, profile, tmp_path):
+    """The switch request times out while the server is still switching: the decision says
+    so and assumes nothing; the next one reads the layout the server ended up with."""
+    now = time.time()
+    t = Target(server.url, TOKEN, switch_timeout_s=0.05)
+    before = t.layout()["layout"]
+    want = "monolithic" if before != "monolithic" else "intra"
+    mix = "decode-heavy" if want == "monolithic" else "prefill-heavy"
+    wl = synthesize(RATE, WINDOW, LENGTHS, mix_shift=(mix, mix), seed=4)
+    rows = [{"source": "server", "request_id": f"r{i}", "arrival_s": now - WINDOW + a,
+             "finish_s": now - 0.1, "prompt_tokens": int(p), "output_tokens": int(o), "status": "ok",
+             "ttft_s": 0.05, "token_times": [0.05 * k for k in range(1, int(o) + 1)]}
+            for i, (a, p, o) in enumerate(zip(wl.arrival_s, wl.prompt_tokens, wl.output_tokens))]
+    with Store.open(tmp_path / "mid.db") as store:
+        store.insert_requests(rows)
+        ap = Autopilot(store, t, profile, parse_slo(SLO),
+                       AutopilotConfig(server.url, INTERVAL, WINDOW, False, PolicyConfig(0.0, 0.1, 0.0)),
+                       say=lambda _: None)
+        first = ap.step()
+        deadline = time.time() + 120
+        while Target(server.url, TOKEN).layout()["layout"] != want and time.time() < deadline:
+            time.sleep(0.5)
+        second = ap.step()
+    assert first["action"] == "no-target" and "broke off" in first["reason"], first
+    assert ap.state.failures == 0 and not ap.state.halted  # not counted as a failed switch
+    assert second["current_layout"].split("@")[0] == want and second["action"] == "hold", second
