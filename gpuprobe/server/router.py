@@ -38,6 +38,11 @@ class Router:
         self._tasks: set[asyncio.Task] = set()
 
     # ---- layouts -------------------------------------------------------------------------
+    @property
+    def switching(self) -> bool:
+        """A switch (admin or replacement) holds the lock until its new layout is active."""
+        return self._lock.locked()
+
     async def switch(self, cfg: LayoutConfig, actor: str = "admin", reason: str = "") -> dict:
         """Make `cfg` the active layout; returns the history entry. Raises if it fails to start."""
         async with self._lock:
