@@ -76,7 +76,7 @@ def _drive(server, profile, wl, policy, dry_run=False, token=TOKEN):
     threading.Thread(target=until_drained, daemon=True).start()
     with Store.open(server.db) as store:
         ap = Autopilot(store, Target(server.url, token), profile, parse_slo(SLO),
-                       AutopilotConfig(server.url, INTERVAL, WINDOW, dry_run, policy),
+                       AutopilotConfig(server.url, INTERVAL, WINDOW, dry_run, policy, "window"),
                        say=lines.append)
         ap.run(stop)
         th.join()
@@ -106,7 +106,7 @@ def test_physics_prefers_different_layouts(profile):
     slo = parse_slo(SLO)
     for mix, want in (("decode-heavy", "monolithic"), ("prefill-heavy", "intra")):
         wl = synthesize(RATE, 30.0, LENGTHS, mix_shift=(mix, mix), seed=2)
-        assert predict(wl, profile, slo, 30.0)["layout"] == want, mix
+        assert predict(wl, profile, slo, "window")["layout"] == want, mix
 
 
 def test_dry_run_logs_the_decision_and_switches_nothing(server, profile):
@@ -138,7 +138,7 @@ def test_refused_token_and_no_traffic_change_nothing(server, profile, tmp_path):
     with Store.open(tmp_path / "empty.db") as store:  # the server's requests are not in it
         def one(token):
             ap = Autopilot(store, Target(server.url, token), profile, parse_slo(SLO),
-                           AutopilotConfig(server.url, INTERVAL, WINDOW, False, SHIFT_POLICY),
+                           AutopilotConfig(server.url, INTERVAL, WINDOW, False, SHIFT_POLICY, "window"),
                            say=lambda _: None)
             return ap.step()
         refused = one("wrong-token")
@@ -186,7 +186,7 @@ def test_switch_cut_off_midway_is_logged_and_the_layout_reread(server, profile, 
     with Store.open(tmp_path / "mid.db") as store:
         store.insert_requests(rows)
         ap = Autopilot(store, t, profile, parse_slo(SLO),
-                       AutopilotConfig(server.url, INTERVAL, WINDOW, False, PolicyConfig(0.0, 0.1, 0.0)),
+                       AutopilotConfig(server.url, INTERVAL, WINDOW, False, PolicyConfig(0.0, 0.1, 0.0), "window"),
                        say=lambda _: None)
         first = ap.step()
         deadline = time.time() + 120

@@ -41,7 +41,10 @@ def _run(state, mixes, t0=100.0, interval=2.0, window=2.0, cfg=CFG):
 def test_key_names_layout_and_share():
     assert key("monolithic", {"prefill_share": 0.4}) == "monolithic"
     assert key("intra", {"prefill_share": 0.5}) == "intra@0.5"
-    assert key("cross", {"prefill_share": 0.25}) == "cross@0.25"
+    assert key("cross", {"prefill_share": 0.25}) == "cross"  # the reference server's 1P1D
+    assert key("cross", {"num_prefill": 2, "num_decode": 1}) == "cross 2P1D"
+    assert key("monolithic", {"chunked_prefill": True, "max_num_batched_tokens": 512}) == "monolithic+chunk512"
+    assert key("monolithic", {"chunked_prefill_tokens": 512}) == "monolithic+chunk512"  # as GET says it
     assert key("intra", {}) == "intra"
 
 
@@ -132,5 +135,5 @@ def test_no_traffic_holds_and_says_so():
 
 def test_a_layout_changed_by_someone_else_restarts_the_dwell():
     state = observe(_state(0.0), "cross", {"prefill_share": 0.5}, 50.0)
-    assert state.layout == "cross@0.5" and state.layout_since_s == 50.0
+    assert state.layout == "cross" and state.layout_since_s == 50.0
     assert observe(state, "cross", {"prefill_share": 0.5}, 70.0) is state

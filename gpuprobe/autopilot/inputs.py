@@ -1,26 +1,28 @@
 """The autopilot's inputs, behind one adapter: the SLO, the window it reads, the forecast of
 the next interval as a workload frame, and the candidates' predictions.
 
-The forecaster (`gpuprobe.forecast`), the recommender and its SLO parser
-(`gpuprobe.decide.recommend`, `gpuprobe.decide.slo`, `gpuprobe.decide.forecast_workload`) are
-used when they are installed; until then two stand-ins keep the loop whole, each marked in
-what it returns (`source`): the last window as the next interval's workload (a persistence
-forecast), and `simulate` of the three layouts at the window's rate, ranked by goodput per
-device among those that meet the attainment target. Nothing else in gpuprobe/autopilot/ knows
-which one ran.
+Predictions come from the recommender (`gpuprobe.decide`). `--candidates all` runs recommend()
+itself: every candidate's goodput found by its rate-scale search, ranked by its one rule, with
+reasons and confidence; seconds per call, and it needs a window of many requests (on a window
+of ten, the search finds no rate at which cross misses and calls its goodput infinite).
+`--candidates window` is for intervals of seconds: the three layouts the reference server
+switches between at their defaults (monolithic prefill-first, intra 50% prefill, cross 1P1D),
+each predicted at the window's own rate (decide.predict), the ones meeting the SLO
+(metrics.meets_slo) ranked by that offered goodput per device with recommend's rank(). The forecaster (`gpuprobe.forecast`) is used when installed; until then
+the last window stands for the next interval (a persistence forecast), and the audit log says
+which one ran (`forecast.source`).
 """
 from __future__ import annotations
 
 import importlib.util
-import math
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from gpuprobe.decide.slo import parse_slo  # noqa: F401 - the autopilot's --slo is recommend's
 from gpuprobe.errors import UserError
 
-FALLBACK_SHARE = 0.5  # the split layouts' prefill share the fallback candidates name
+MODES = ("all", "window")
 
 
 def _have(module: str) -> bool:
@@ -28,48 +30,6 @@ def _have(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:
         return False
-
-
-@dataclass(frozen=True)
-class FallbackSlo:
-    ttft_s: float
-    tbt_s: float
-    attain: float = 0.9
-
-    def to_dict(self) -> dict:
-        return {"ttft_p99_s": self.ttft_s, "tbt_p99_s": self.tbt_s, "attain": self.attain,
-                "source": "autopilot fallback parser"}
-
-
-def parse_slo(text: str | None):
-    """`--slo`: the recommender's parser when installed, else ttft=..,tbt=..,attain=.."""
-    if _have("gpuprobe.decide.slo"):
-        from gpuprobe.decide.slo import parse_slo as real
-        return real(text or "chat")
-    from gpuprobe.units import parse_duration
-    if not text:
-        return FallbackSlo(2.0, 0.1, 0.9)
-    vals = {}
-    for part in text.split(","):
-        name, sep, value = part.partition("=")
-        name = name.strip().split("_")[0]
-        if not sep or name not in ("ttft", "tbt", "attain"):
-            raise UserError(f"--slo: {part!r} is not ttft_p99=DUR, tbt_p99=DUR or attain=FRACTION "
-                            f"(presets need gpuprobe.decide.slo)")
-        if name == "attain":
-            try:
-                vals[name] = float(value)
-            except ValueError:
-                raise UserError(f"--slo: attain={value!r} is not a number") from None
-            if not 0 < vals[name] <= 1:
-                raise UserError(f"--slo: attain={value} is not in (0, 1]")
-        else:
-            vals[name] = parse_duration(value.strip(), f"--slo {name}")
-    return FallbackSlo(vals.get("ttft", 2.0), vals.get("tbt", 0.1), vals.get("attain", 0.9))
-
-
-def slo_dict(slo) -> dict:
-    return slo.to_dict() if hasattr(slo, "to_dict") else dict(vars(slo))
 
 
 def window_workload(requests: pd.DataFrame) -> pd.DataFrame:
@@ -84,19 +44,16 @@ def window_workload(requests: pd.DataFrame) -> pd.DataFrame:
 
 def forecast_next(window_df: pd.DataFrame, window_s: float, horizon_s: float) -> tuple[pd.DataFrame, dict]:
     """(the next interval's workload frame, a summary of the forecast for the audit log)."""
-    rate = len(window_df) / window_s if window_s > 0 else 0.0
     summary = {"window_s": window_s, "horizon_s": horizon_s, "window_requests": len(window_df),
-               "requests_per_s": rate,
+               "requests_per_s": len(window_df) / window_s,
                "prefill_tokens_per_s": float(window_df["prompt_tokens"].sum()) / window_s,
                "decode_tokens_per_s": float(window_df["output_tokens"].sum()) / window_s}
-    if _have("gpuprobe.forecast") and _have("gpuprobe.decide.forecast_workload"):
+    if _have("gpuprobe.forecast"):
         from gpuprobe.decide.forecast_workload import workload_from_forecast
         from gpuprobe.forecast import forecast_workload
-        bucket_s = max(window_s / 6.0, 0.5)
-        f = forecast_workload(window_df, bucket_s=bucket_s, horizon_s=horizon_s)
-        wl = workload_from_forecast(f, window_df)
+        f = forecast_workload(window_df, bucket_s=max(window_s / 6.0, 0.5), horizon_s=horizon_s)
         summary.update(source="gpuprobe.forecast", forecast=_forecast_means(f), span_s=horizon_s)
-        return wl, summary
+        return workload_from_forecast(window_df, f), summary
     summary.update(source="persistence (the last window as the next interval)", span_s=window_s)
     return window_df, summary
 
@@ -106,51 +63,31 @@ def _forecast_means(f: dict) -> dict:
             for name, s in (f.get("series") or {}).items()}
 
 
-def predict(workload_df: pd.DataFrame, profile, slo, horizon_s: float) -> dict:
-    """{layout, params, candidates, source, ...}: candidates ranked best first, each with
-    layout, params, predicted latencies, slo_attainment and goodput per device."""
-    if _have("gpuprobe.decide.recommend"):
+def predict(workload_df: pd.DataFrame, profile, slo, mode: str = "all", devices: int = 2) -> dict:
+    """{layout, params, candidates (best first, each with max_goodput_rps_per_device), source};
+    UserError (from recommend) when no candidate meets the SLO at any rate."""
+    if mode == "all":
         from gpuprobe.decide.recommend import recommend
-        rec = dict(recommend(workload_df, profile, slo, devices=2))
-        rec["source"] = "gpuprobe.decide.recommend"
-        return rec
-    return _fallback_predict(workload_df, profile, slo, horizon_s)
+        return {**recommend(workload_df, profile, slo, devices=devices), "source": "recommend"}
+    from gpuprobe.decide.candidates import Candidate
+    from gpuprobe.decide.predict import predict as predict_one
+    from gpuprobe.decide.rank import rank
+    from gpuprobe.decide.recommend import impossible, prepare
+    from gpuprobe.perf.metrics import meets_slo
 
-
-def _fallback_predict(workload_df: pd.DataFrame, profile, slo, horizon_s: float) -> dict:
-    from gpuprobe.perf.metrics import Slo
-    from gpuprobe.perf.simulator import simulate
-    from gpuprobe.perf.sim_layouts import DEVICES
-
-    cands = []
-    for i, layout in enumerate(("monolithic", "intra", "cross")):
-        res = simulate(workload_df, profile, layout, Slo(slo.ttft_s, slo.tbt_s))
-        r, s = res.requests, res.summary
-        # A request meets the SLO when its TTFT and its longest gap do: a streaming user feels
-        # the one stall a prefill puts into a decode step, which a mean gap would hide.
-        met = r["ok"] & (r["ttft_s"] <= slo.ttft_s) & (r["tbt_max_s"].isna() | (r["tbt_max_s"] <= slo.tbt_s))
-        att = float(met.mean()) if len(r) else 0.0
-        cands.append({
-            "layout": layout, "params": {} if layout == "monolithic" else {"prefill_share": FALLBACK_SHARE},
-            "ttft_p99_s": _num(s.get("ttft_p99_s")), "tbt_p99_s": _num(s.get("tbt_p99_s")),
-            "tbt_max_p99_s": _num(r["tbt_max_s"].quantile(0.99)) if len(r) else None,
-            "slo_attainment": round(att, 4),
-            "goodput_rps_per_device": round(float(met.sum()) / horizon_s / DEVICES[layout], 4),
-            "simplicity": i})
-    # Those meeting the attainment target first, by goodput per device, then by attainment;
-    # ties go to the simpler layout.
-    cands.sort(key=lambda c: (c["slo_attainment"] < slo.attain,
-                              -c["goodput_rps_per_device"] if c["slo_attainment"] >= slo.attain
-                              else -c["slo_attainment"], c["simplicity"]))
-    best = cands[0]
-    return {"layout": best["layout"], "params": best["params"], "candidates": cands,
-            "source": "fallback: simulate the window, ranked by goodput per device "
-                      "(gpuprobe.decide.recommend absent)"}
-
-
-def _num(v, default=None):
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return default
-    return v if math.isfinite(v) else default
+    wl, rows = prepare(workload_df), []
+    for c in (Candidate("monolithic"), Candidate("intra", prefill_share=0.5), Candidate("cross")):
+        s = predict_one(wl, profile, c, slo, 1.0, 0)
+        ok = meets_slo(s, slo)
+        rows.append({"label": c.label, "layout": c.layout, "params": c.params, "devices": c.devices,
+                     "meets_slo": ok, "slo_attainment": s.get("slo_attainment"),
+                     "offered_goodput_rps_per_device": s.get("offered_goodput_rps_per_device"),
+                     # what rank() orders by: the offered goodput where the SLO is met
+                     "max_goodput_rps_per_device": s.get("offered_goodput_rps_per_device") if ok else 0.0,
+                     "ttft_p99_s": s.get("ttft_p99_s"), "tbt_p99_s": s.get("tbt_p99_s"),
+                     "simplicity": list(c.simplicity)})
+    ranked = rank(rows)
+    if not ranked[0]["meets_slo"]:
+        raise UserError(impossible(ranked, slo))
+    return {"layout": ranked[0]["layout"], "params": ranked[0]["params"], "candidates": ranked,
+            "source": "the three default layouts at the window's rate, ranked by rank()"}

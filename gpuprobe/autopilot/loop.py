@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from gpuprobe.autopilot import inputs, outcome
 from gpuprobe.autopilot.policy import SWITCH, PolicyConfig, PolicyState, after_switch, decide, key, observe
 from gpuprobe.autopilot.target import Target, TargetError
+from gpuprobe.errors import UserError
 
 LOCK_RENEW_S = 30.0  # well inside the store's stale-lock age (120 s)
 
@@ -32,6 +33,8 @@ class AutopilotConfig:
     window_s: float | None = None  # how far back each decision reads (default: one interval)
     dry_run: bool = False
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    candidates: str = "all"  # inputs.MODES: recommend() itself, or the window mode
+    devices: int = 2         # what recommend() may lay out: the reference server's cross is 1P1D
 
     @property
     def window(self) -> float:
@@ -52,6 +55,7 @@ class Autopilot:
         self.virtual: tuple[str, dict] | None = None  # a dry run's layout after its first "switch"
         self.prev: tuple[int, float] | None = None    # (decision id, ts) awaiting its outcome
         self.decisions = 0
+        self._rec_id: int | None = None
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self, stop: threading.Event, max_decisions: int | None = None) -> int:
@@ -102,7 +106,14 @@ class Autopilot:
                               "forecast": {"window_requests": 0}})
         wl, fsum = inputs.forecast_next(inputs.window_workload(rows), self.cfg.window,
                                         self.cfg.interval_s)
-        pred = inputs.predict(wl, self.profile, self.slo, fsum["span_s"])
+        try:
+            pred = inputs.predict(wl, self.profile, self.slo, self.cfg.candidates, self.cfg.devices)
+        except UserError as exc:  # no candidate meets the SLO at any rate: nothing to move to
+            return self._log({**rec, "forecast": fsum, "action": "hold",
+                              "reason": f"holding: {exc}"})
+        if "confidence" in pred:  # recommend()'s full answer: kept, so apply/check can find it
+            from gpuprobe.decide.store import save_recommendation
+            pred["id"] = save_recommendation(self.store, pred)
         cands = list(pred.get("candidates") or [])
         d = decide(self.state, cands, now, start, self.cfg.policy)
         self.state = d.state
@@ -114,6 +125,7 @@ class Autopilot:
             rec.update(chosen_layout=key(d.chosen["layout"], d.chosen.get("params")),
                        params=d.chosen.get("params") or {})
         if d.action == SWITCH:
+            self._rec_id = pred.get("id")
             rec.update(self._switch(d.chosen, d.reason, now))
         return self._log(rec)
 
@@ -122,7 +134,9 @@ class Autopilot:
         if self.state.layout is None:  # the dwell of the layout found: since its last switch
             ok = [h for h in seen.get("history") or [] if h.get("status") == "ok"]
             self.state = replace(self.state, layout_since_s=float(ok[-1]["ts_s"]) if ok else now)
-        layout, params = self.virtual or (seen["layout"], {"prefill_share": seen.get("prefill_share")})
+        layout, params = self.virtual or (seen["layout"], {
+            "prefill_share": seen.get("prefill_share"),
+            "chunked_prefill_tokens": seen.get("chunked_prefill_tokens")})
         self.state = observe(self.state, layout, params, now)
 
     def _switch(self, chosen: dict, reason: str, now: float) -> dict:
@@ -148,6 +162,8 @@ class Autopilot:
                 out["reason"] += "; halted (event raised)"
             return out
         self.state = after_switch(self.state, True, now, self.cfg.policy, new_key)
+        if self._rec_id is not None:
+            self.store.mark_recommendation_applied(self._rec_id, self.cfg.target)
         return {"action": "switch", "reason": f"{reason}; done in {entry.get('duration_s', '?')} s"}
 
     def close_outcome(self, partial: bool = False) -> None:
@@ -157,10 +173,8 @@ class Autopilot:
         dec_id, ts = self.prev
         self.prev = None
         end = self.clock()
-        slo = inputs.slo_dict(self.slo)
-        got = outcome.measure(outcome.server_requests(self.store, ts, end),
-                              slo.get("ttft_p99_s", slo.get("ttft_s", 2.0)),
-                              slo.get("tbt_p99_s", slo.get("tbt_s", 0.1)))
+        got = outcome.measure(outcome.server_requests(self.store, ts, end), self.slo.ttft_s,
+                              self.slo.tbt_s)
         got.update(start_s=ts, end_s=end, layout_after=self.state.layout, partial=partial)
         self.store.set_decision_outcome(dec_id, got)
 

@@ -57,11 +57,18 @@ class Decision:
 
 
 def key(layout: str, params: dict | None = None) -> str:
-    """'monolithic', or 'intra@0.5': a layout and its prefill share, as one comparable name."""
-    share = (params or {}).get("prefill_share")
-    if layout == "monolithic" or share is None:
-        return layout
-    return f"{layout}@{float(share):.2f}".rstrip("0").rstrip(".")
+    """One comparable name for a layout and what the server can switch of it: 'monolithic',
+    'monolithic+chunk512', 'intra@0.5', 'cross' (the reference server runs cross as 1P1D;
+    more devices show as 'cross 2P1D')."""
+    p = params or {}
+    if layout == "monolithic":
+        chunk = p.get("max_num_batched_tokens") if p.get("chunked_prefill") else p.get("chunked_prefill_tokens")
+        return f"monolithic+chunk{int(chunk)}" if chunk else "monolithic"
+    if layout == "cross":
+        x, y = int(p.get("num_prefill") or 1), int(p.get("num_decode") or 1)
+        return "cross" if (x, y) == (1, 1) else f"cross {x}P{y}D"
+    share = p.get("prefill_share")
+    return layout if share is None else f"{layout}@{float(share):.2f}".rstrip("0").rstrip(".")
 
 
 def observe(state: PolicyState, layout: str, params: dict | None, now_s: float) -> PolicyState:

@@ -3,7 +3,7 @@
 Every failure comes back as a `TargetError` whose `kind` says what happened, so the loop logs
 one line and decides what to do next:
 - unreachable: no answer (refused, DNS, timeout before a reply);
-- refused: 401/403 (the token) or 4xx (the request);
+- refused: 401/403 (the token) or 4xx (the request); busy: 409, a switch in progress;
 - failed: the server tried and the new layout did not start (5xx);
 - unknown: the connection broke or timed out while a switch was in flight: the layout is
   re-read on the next interval rather than assumed.
@@ -39,6 +39,8 @@ class Target:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
             msg = _message(exc)
+            if exc.code == 409:
+                raise TargetError("busy", f"{self.url} is switching already ({msg})") from None
             if exc.code in (401, 403):
                 raise TargetError("refused", f"{self.url} refused the admin token ({exc.code}: {msg})") from None
             if exc.code >= 500:
@@ -62,11 +64,11 @@ class Target:
 
     def switch(self, layout: str, params: dict, reason: str) -> dict:
         """POST /admin/layout; returns the server's history entry once the switch is done."""
-        body = {"layout": layout, "reason": reason, "actor": "autopilot"}
-        if layout != "monolithic" and params.get("prefill_share") is not None:
+        body = {"layout": layout, "reason": reason[:200], "actor": "autopilot"}
+        if layout == "intra" and params.get("prefill_share") is not None:
             body["prefill_share"] = float(params["prefill_share"])
-        if params.get("chunked_prefill_tokens") is not None:
-            body["chunked_prefill_tokens"] = int(params["chunked_prefill_tokens"])
+        if layout == "monolithic" and params.get("chunked_prefill"):
+            body["chunked_prefill_tokens"] = int(params["max_num_batched_tokens"])
         return self._call("POST", "/admin/layout", body, self.switch_timeout_s)
 
 

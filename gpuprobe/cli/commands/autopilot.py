@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.cli.argtypes import http_url, positive_float
+from gpuprobe.cli.argtypes import http_url, positive_float, positive_int
 
 NAME = "autopilot"
 HELP = "switch a live server's layout ahead of its prefill/decode mix, with hysteresis and an audit log"
@@ -16,7 +16,12 @@ def add_arguments(p) -> None:
     p.add_argument("--admin-token-file", metavar="FILE", help="bearer token (else $GPUPROBE_ADMIN_TOKEN)")
     p.add_argument("--interval", default="30s", help="time between decisions (default 30s)")
     p.add_argument("--window", default=None, help="how far back each decision reads (default: one interval)")
-    p.add_argument("--slo", default=None, help="'ttft_p99=2s,tbt_p99=100ms,attain=0.9' (or a preset once recommend ships them)")
+    p.add_argument("--slo", default=None, help="a preset (chat, code, summarize, batch) or 'ttft_p99=2s,tbt_p99=100ms,attain=0.9' (default chat)")
+    p.add_argument("--candidates", choices=["all", "window"], default="all",
+                   help="all: recommend's full search each interval (needs a window of many requests); "
+                        "window: the three default layouts at the window's own rate (intervals of seconds)")
+    p.add_argument("--devices", type=positive_int, default=2,
+                   help="devices recommend may lay out (default 2: the reference server's cross is 1P1D)")
     p.add_argument("--profile", metavar="FILE", help="cost-model profile JSON (gpuprobe profile) for the predictions")
     p.add_argument("--dry-run", action="store_true", help="decide and log; switch nothing")
     p.add_argument("--min-dwell", default="5m", help="how long a layout, and a challenger's lead, must hold before a switch (default 5m)")
@@ -53,7 +58,8 @@ def run(args) -> int:
     cfg = AutopilotConfig(
         args.target, interval, parse_duration(args.window, "--window") if args.window else None,
         args.dry_run, PolicyConfig(parse_duration(args.min_dwell, "--min-dwell"), args.min_gain,
-                                   parse_duration(args.cooldown, "--cooldown")))
+                                   parse_duration(args.cooldown, "--cooldown")),
+        args.candidates, args.devices)
     run_for = parse_duration(args.run_for, "--for") if args.run_for else None
     slo, profile = parse_slo(args.slo), load_profile(args.profile)
     token, _ = load_token(args.admin_token_file)
