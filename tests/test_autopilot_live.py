@@ -32,7 +32,7 @@ TOKEN = "autopilot-token-51d2"
 pytestmark = pytest.mark.timeout(300)
 LENGTHS = pd.DataFrame({"prompt_tokens": [8, 600], "output_tokens": [24, 16]})
 SLO = "ttft_p99=1s,tbt_p99=100ms,attain=0.9"
-RATE, DURATION, SHIFT = 3.0, 16.0, 7.0
+RATE, DURATION, SHIFT = 3.0, 13.0, 6.0
 INTERVAL, WINDOW = 1.5, 3.0
 # The lead must show in two decisions in a row: the second comes WINDOW + INTERVAL (4.5 s)
 # after the start of the first one's window; the clock of a tick can run a hair short of that.
