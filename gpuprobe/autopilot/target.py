@@ -64,11 +64,11 @@ class Target:
 
     def switch(self, layout: str, params: dict, reason: str) -> dict:
         """POST /admin/layout; returns the server's history entry once the switch is done."""
-        body = {"layout": layout, "reason": reason[:200], "actor": "autopilot"}
-        if layout == "intra" and params.get("prefill_share") is not None:
-            body["prefill_share"] = float(params["prefill_share"])
-        if layout == "monolithic" and params.get("chunked_prefill"):
-            body["chunked_prefill_tokens"] = int(params["max_num_batched_tokens"])
+        from gpuprobe.decide.rec_params import layout_request, target_of
+
+        # the body apply sends for the same params (cross xPyD as its prefill share)
+        body = {**layout_request(target_of({"id": 0, "layout": layout, "params": params})),
+                "reason": reason[:200], "actor": "autopilot"}
         return self._call("POST", "/admin/layout", body, self.switch_timeout_s)
 
 
