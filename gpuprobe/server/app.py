@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -14,12 +15,23 @@ from gpuprobe.server.options import LayoutConfig
 from gpuprobe.server.request_state import Tracked
 from gpuprobe.server.streaming import collect, stream
 
-RETRY_AFTER_S = 1
+RETRY_AFTER_S = 1  # when a 429 names no better time
 
 
 def _error(exc: oa.ApiError) -> web.Response:
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 429 else None
+    headers = ({"Retry-After": str(exc.retry_after_s or RETRY_AFTER_S)} if exc.status == 429
+               else None)
     return web.json_response(exc.body(), status=exc.status, headers=headers)
+
+
+def _parse_raw(raw: bytes, parse):
+    """JSON-decode and parse (tokenise) a generation body; run in a thread, so a large body
+    does not stall the event loop that streams everyone's tokens."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise oa.ApiError(f"request body is not valid JSON: {exc}", "body") from None
+    return parse(body)
 
 
 async def _json_body(request: web.Request):
@@ -50,23 +62,28 @@ class ServerApp:
     # ---- OpenAI API ---------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
         tok, m = self.model.tokenizer, self.model
-        return await self._generate(request, lambda body: oa.parse_completion(
-            body, tok.encode, m.vocab_size, m.max_context))
+        return await self._generate(request, "cmpl", lambda body: oa.parse_completion(
+            body, tok.encode, m.vocab_size, m.max_context, max_prompt_bytes=m.max_prompt_bytes))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         tok, m = self.model.tokenizer, self.model
-        return await self._generate(request, lambda body: oa.parse_chat(
-            body, tok.apply_chat_template, m.max_context))
+        return await self._generate(request, "chatcmpl", lambda body: oa.parse_chat(
+            body, tok.apply_chat_template, m.max_context, max_prompt_bytes=m.max_prompt_bytes))
 
-    async def _generate(self, request: web.Request, parse) -> web.StreamResponse:
+    async def _generate(self, request: web.Request, prefix: str, parse) -> web.StreamResponse:
         arrival_s = time.time()
+        rid, req = f"{prefix}-{uuid.uuid4().hex[:24]}", None
         try:
-            req = parse(await _json_body(request))
+            try:
+                raw = await request.read()
+            except web.HTTPRequestEntityTooLarge as exc:
+                raise oa.ApiError(f"request body is too large: {exc.text}", "body", 413) from None
+            req = await asyncio.to_thread(_parse_raw, raw, parse)
             oa.check_model(req.model, self.model.name)
-            prefix = "chatcmpl" if req.kind == "chat" else "cmpl"
-            t = Tracked(f"{prefix}-{uuid.uuid4().hex[:24]}", req, arrival_s)
+            t = Tracked(rid, req, arrival_s)
             self.router.submit(t)
         except oa.ApiError as exc:
+            self.router.reject(rid, arrival_s, exc, len(req.prompt_token_ids) if req else None)
             return _error(exc)
         if req.stream:
             return await stream(request, t, self.router, self.model)

@@ -47,6 +47,12 @@ def add_arguments(p) -> None:
                    help="a forecast as `gpuprobe forecast --json` prints it (implies --forecast)")
     p.add_argument("--bucket", default="10s", help="--forecast: bucket (default 10s)")
     p.add_argument("--horizon", default="60s", help="--forecast: horizon (default 60s)")
+    p.add_argument("--source", metavar="prometheus=URL",
+                   help="weigh the layouts on the rates a Prometheus holds instead of a workload "
+                        "(with --since, --until and optionally --group LABEL=VALUE)")
+    p.add_argument("--since", default="1h", help="--source: start (default 1h ago)")
+    p.add_argument("--until", default="now", help="--source: end (default now)")
+    p.add_argument("--group", metavar="LABEL=VALUE", help="--source: only the hosts with this label")
     add_check_argument(p)
     p.add_argument("--seed", type=nonneg_int, default=0, help="simulator noise seed (default 0)")
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
@@ -56,8 +62,8 @@ def run(args) -> int:
     from gpuprobe.errors import UserError
     if args.check is not None:
         return run_check(args)
-    if not args.workload or not args.profile:
-        raise UserError("recommend needs --workload and --profile (or --check ID)")
+    if not args.profile or bool(args.workload) == bool(args.source):
+        raise UserError("recommend needs --profile and one of --workload or --source (or --check ID)")
     from gpuprobe.cli.commands.validate import load_named_workload
     from gpuprobe.decide.recommend import base_rate, prepare, recommend, scale_workload
     from gpuprobe.decide.slo import slo_from_flags
@@ -70,7 +76,7 @@ def run(args) -> int:
     if not layouts or any(x not in ("monolithic", "intra", "cross") for x in layouts):
         raise UserError("--layouts: choose from monolithic, intra, cross")
     profile = load_profile(args.profile)
-    wl = load_named_workload(args.store, args.workload)
+    wl = _source_workload(args) if args.source else load_named_workload(args.store, args.workload)
     rate_scale = args.rate_scale
     if args.rate is not None:
         rate_scale *= args.rate / base_rate(prepare(wl.iloc[: args.limit]))
@@ -85,7 +91,7 @@ def run(args) -> int:
         rec = recommend(wl, profile, slo, devices=args.devices, link=args.link,
                         cost_per_device_hour=args.cost_per_device_hour, evidence_store=store,
                         progress=progress, layouts=layouts, seed=args.seed,
-                        workload_name=args.workload)
+                        workload_name=args.workload or f"{args.source} {args.group or ''}".strip())
         if forecast is not None:
             from gpuprobe.decide.forecast_outlook import outlook
             rec["forecast"] = outlook(wl, forecast, profile, slo, rec, args.seed)
@@ -95,6 +101,31 @@ def run(args) -> int:
         return 0
     print(render(rec))
     return 0
+
+
+def _source_workload(args):
+    import re
+
+    from gpuprobe.errors import UserError
+    from gpuprobe.sources import open_source, time_range
+    from gpuprobe.sources.prom_mix import bucket_mix
+    from gpuprobe.sources.prom_workload import HISTOGRAMS, length_histogram, workload_from_rates
+
+    label = value = None
+    if args.group:
+        m = re.fullmatch(r"([a-zA-Z_][a-zA-Z0-9_]*)=(.+)", args.group)
+        if not m:
+            raise UserError(f"--group: {args.group!r}: expected LABEL=VALUE, e.g. host_group=chat")
+        label, value = m.groups()
+    src = open_source(args.source)
+    start, end = time_range(args.since, args.until)
+    bucket_s = min(60.0, max((end - start) / 4, 1.0))
+    mix = bucket_mix(src.api, start, end, bucket_s, by=label, agents_only=label is not None)
+    if label is not None:
+        mix = mix[mix["group"] == value]
+    matcher = f'{label}="{value}"' if label else ""
+    hists = [length_histogram(src.api, HISTOGRAMS[k], start, end, matcher) for k in ("prompt", "output")]
+    return workload_from_rates(mix, bucket_s, *hists, seed=args.seed)
 
 
 def _forecast(args, wl) -> dict:
