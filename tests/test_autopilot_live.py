@@ -9,6 +9,8 @@ the SLO ttft_p99=1s, tbt_p99=100ms, attain=0.9: on it, the decode-heavy mix (8-t
 24-token answers) is best on monolithic, and the prefill-heavy one (600-token prompts, 16-token
 answers) on intra, because every 600-token prefill stalls monolithic's decodes past 100 ms
 (test_physics_prefers_different_layouts checks this before the live runs lean on it).
+The runs take the last window as the next interval (forecast=False): a step shift cannot be
+forecast, and the forecaster's fit on seconds of history would only add noise here.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ def _drive(server, profile, wl, policy, dry_run=False, token=TOKEN):
     threading.Thread(target=until_drained, daemon=True).start()
     with Store.open(server.db) as store:
         ap = Autopilot(store, Target(server.url, token), profile, parse_slo(SLO),
-                       AutopilotConfig(server.url, INTERVAL, WINDOW, dry_run, policy, "window"),
+                       AutopilotConfig(server.url, INTERVAL, WINDOW, dry_run, policy, "window", forecast=False),
                        say=lines.append)
         ap.run(stop)
         th.join()
@@ -138,7 +140,7 @@ def test_refused_token_and_no_traffic_change_nothing(server, profile, tmp_path):
     with Store.open(tmp_path / "empty.db") as store:  # the server's requests are not in it
         def one(token):
             ap = Autopilot(store, Target(server.url, token), profile, parse_slo(SLO),
-                           AutopilotConfig(server.url, INTERVAL, WINDOW, False, SHIFT_POLICY, "window"),
+                           AutopilotConfig(server.url, INTERVAL, WINDOW, False, SHIFT_POLICY, "window", forecast=False),
                            say=lambda _: None)
             return ap.step()
         refused = one("wrong-token")
@@ -186,7 +188,7 @@ def test_switch_cut_off_midway_is_logged_and_the_layout_reread(server, profile, 
     with Store.open(tmp_path / "mid.db") as store:
         store.insert_requests(rows)
         ap = Autopilot(store, t, profile, parse_slo(SLO),
-                       AutopilotConfig(server.url, INTERVAL, WINDOW, False, PolicyConfig(0.0, 0.1, 0.0), "window"),
+                       AutopilotConfig(server.url, INTERVAL, WINDOW, False, PolicyConfig(0.0, 0.1, 0.0), "window", forecast=False),
                        say=lambda _: None)
         first = ap.step()
         deadline = time.time() + 120

@@ -42,19 +42,33 @@ def window_workload(requests: pd.DataFrame) -> pd.DataFrame:
                          "output_tokens": np.maximum(df["output_tokens"].fillna(1).to_numpy(np.int64), 1)})
 
 
-def forecast_next(window_df: pd.DataFrame, window_s: float, horizon_s: float) -> tuple[pd.DataFrame, dict]:
-    """(the next interval's workload frame, a summary of the forecast for the audit log)."""
+def forecast_next(window_df: pd.DataFrame, window_s: float, horizon_s: float,
+                  history_df: pd.DataFrame | None = None, bucket_s: float | None = None
+                  ) -> tuple[pd.DataFrame, dict]:
+    """(the next interval's workload frame, a summary of the forecast for the audit log).
+    history_df: the longer past the forecaster fits on (None: persistence, the window as the
+    next interval); bucket_s: its bucket (default: a sixth of the window)."""
     summary = {"window_s": window_s, "horizon_s": horizon_s, "window_requests": len(window_df),
                "requests_per_s": len(window_df) / window_s,
                "prefill_tokens_per_s": float(window_df["prompt_tokens"].sum()) / window_s,
                "decode_tokens_per_s": float(window_df["output_tokens"].sum()) / window_s}
-    if _have("gpuprobe.forecast"):
+    note = "persistence (the last window as the next interval)"
+    if history_df is not None and len(history_df) and _have("gpuprobe.forecast"):
         from gpuprobe.decide.forecast_workload import workload_from_forecast
         from gpuprobe.forecast import forecast_workload
-        f = forecast_workload(window_df, bucket_s=max(window_s / 6.0, 0.5), horizon_s=horizon_s)
-        summary.update(source="gpuprobe.forecast", forecast=_forecast_means(f), span_s=horizon_s)
-        return workload_from_forecast(window_df, f), summary
-    summary.update(source="persistence (the last window as the next interval)", span_s=window_s)
+        try:
+            f = forecast_workload(history_df, bucket_s=bucket_s or max(window_s / 6.0, 0.5),
+                                  horizon_s=horizon_s)
+            wl = workload_from_forecast(history_df, f)
+        except UserError as exc:  # too little history, a constant series: persistence, and why
+            note = f"{note}; the forecaster declined: {exc}"
+        else:
+            summary.update(source="gpuprobe.forecast", forecast=_forecast_means(f),
+                           models={k: v.get("model") for k, v in (f.get("series") or {}).items()})
+            return wl, summary
+    elif history_df is not None:
+        note = f"{note}; gpuprobe.forecast is not installed"
+    summary.update(source=note)
     return window_df, summary
 
 

@@ -35,6 +35,8 @@ class AutopilotConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     candidates: str = "all"  # inputs.MODES: recommend() itself, or the window mode
     devices: int = 2         # what recommend() may lay out: the reference server's cross is 1P1D
+    forecast: bool = True    # False: the last window stands for the next interval
+    history_s: float = 600.0 # how far back the forecaster reads (buckets of one interval)
 
     @property
     def window(self) -> float:
@@ -104,8 +106,12 @@ class Autopilot:
             self.state = d.state
             return self._log({**rec, "action": "hold", "reason": d.reason,
                               "forecast": {"window_requests": 0}})
+        hist = None
+        if self.cfg.forecast:
+            past = outcome.server_requests(self.store, now - max(self.cfg.history_s, self.cfg.window), now)
+            hist = inputs.window_workload(past)
         wl, fsum = inputs.forecast_next(inputs.window_workload(rows), self.cfg.window,
-                                        self.cfg.interval_s)
+                                        self.cfg.interval_s, hist, self.cfg.interval_s)
         try:
             pred = inputs.predict(wl, self.profile, self.slo, self.cfg.candidates, self.cfg.devices)
         except UserError as exc:  # no candidate meets the SLO at any rate: nothing to move to

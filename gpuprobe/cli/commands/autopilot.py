@@ -20,6 +20,9 @@ def add_arguments(p) -> None:
     p.add_argument("--candidates", choices=["all", "window"], default="all",
                    help="all: recommend's full search each interval (needs a window of many requests); "
                         "window: the three default layouts at the window's own rate (intervals of seconds)")
+    p.add_argument("--no-forecast", action="store_true",
+                   help="take the last window as the next interval instead of forecasting it")
+    p.add_argument("--history", default="10m", help="how far back the forecaster reads (default 10m)")
     p.add_argument("--devices", type=positive_int, default=2,
                    help="devices recommend may lay out (default 2: the reference server's cross is 1P1D)")
     p.add_argument("--profile", metavar="FILE", help="cost-model profile JSON (gpuprobe profile) for the predictions")
@@ -59,7 +62,7 @@ def run(args) -> int:
         args.target, interval, parse_duration(args.window, "--window") if args.window else None,
         args.dry_run, PolicyConfig(parse_duration(args.min_dwell, "--min-dwell"), args.min_gain,
                                    parse_duration(args.cooldown, "--cooldown")),
-        args.candidates, args.devices)
+        args.candidates, args.devices, not args.no_forecast, parse_duration(args.history, "--history"))
     run_for = parse_duration(args.run_for, "--for") if args.run_for else None
     slo, profile = parse_slo(args.slo), load_profile(args.profile)
     token, _ = load_token(args.admin_token_file)
