@@ -6,7 +6,6 @@ a port nothing listens on."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

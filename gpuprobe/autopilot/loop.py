@@ -117,6 +117,9 @@ class Autopilot:
         except UserError as exc:  # no candidate meets the SLO at any rate: nothing to move to
             return self._log({**rec, "forecast": fsum, "action": "hold",
                               "reason": f"holding: {exc}"})
+        except Exception as exc:  # noqa: BLE001 - a predictor bug must not end the loop: logged
+            return self._log({**rec, "forecast": fsum, "action": "hold",
+                              "reason": f"holding: the prediction failed ({type(exc).__name__}: {exc})"})
         if "confidence" in pred:  # recommend()'s full answer: kept, so apply/check can find it
             from gpuprobe.decide.store import save_recommendation
             pred["id"] = save_recommendation(self.store, pred)
