@@ -6,8 +6,8 @@ refused token, an unreachable target, no traffic, a switch cut off mid-way.
 
 The predictions use the L40S roofline of Llama-3-8B (`gpuprobe profile --spec l40s`) with
 the SLO ttft_p99=1s, tbt_p99=100ms, attain=0.9: on it, the decode-heavy mix (8-token prompts,
-24-token answers) is best on monolithic, and the prefill-heavy one (600-token prompts, 16-token
-answers) on intra, because every 600-token prefill stalls monolithic's decodes past 100 ms
+24-token answers) is best on monolithic, and the prefill-heavy one (1000-token prompts, 16-token
+answers) on intra, because every 1000-token prefill stalls monolithic's decodes past 100 ms
 (test_physics_prefers_different_layouts checks this before the live runs lean on it).
 The runs take the last window as the next interval (forecast=False): a step shift cannot be
 forecast, and the forecaster's fit on seconds of history would only add noise here.
@@ -32,7 +32,7 @@ from gpuprobe.workloads.synth import synthesize
 
 TOKEN = "autopilot-token-51d2"
 pytestmark = pytest.mark.timeout(300)
-LENGTHS = pd.DataFrame({"prompt_tokens": [8, 600], "output_tokens": [24, 16]})
+LENGTHS = pd.DataFrame({"prompt_tokens": [8, 1000], "output_tokens": [24, 16]})
 SLO = "ttft_p99=1s,tbt_p99=100ms,attain=0.9"
 RATE, DURATION, SHIFT = 3.0, 13.0, 6.0
 INTERVAL, WINDOW = 1.5, 3.0
@@ -97,7 +97,7 @@ def _shift_seen(rows) -> float:
     """When the shift could first be seen in the store: the first prefill-heavy request's
     finish (the server writes a row when a request ends; on an idle machine that is a few
     hundred ms after it arrived, on a crowded one it can be seconds)."""
-    return float(rows[rows.prompt_tokens == 600].finish_s.min())
+    return float(rows[rows.prompt_tokens == 1000].finish_s.min())
 
 
 def _reset(server):
