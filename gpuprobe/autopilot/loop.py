@@ -24,6 +24,7 @@ from gpuprobe.autopilot.target import Target, TargetError
 from gpuprobe.errors import UserError
 
 LOCK_RENEW_S = 30.0  # well inside the store's stale-lock age (120 s)
+LAG_LOOKBACK_S = 30.0  # the recent requests whose end-to-end times set the window's lag
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Autopilot:
         self.prev: tuple[int, float] | None = None    # (decision id, ts) awaiting its outcome
         self.decisions = 0
         self._rec_id: int | None = None
+        self._last_end = -math.inf
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self, stop: threading.Event, max_decisions: int | None = None) -> int:
@@ -90,28 +92,39 @@ class Autopilot:
         """One decision, written to the audit log; returns the record."""
         now = self.clock()
         self.close_outcome()
-        start = now - self.cfg.window
+        # The window is a stretch of arrivals whose requests have (nearly all) finished: it
+        # stands back from now by the server's recent p90 request time. A window by finish
+        # time would mix old and new requests whenever the server runs slow.
+        lag = outcome.latency_s(self.store, now, max(LAG_LOOKBACK_S, 5 * self.cfg.window))
+        # never back past a window already decided on (a long switch lengthens the requests
+        # it held up, and with them the lag): older arrivals are no news
+        end = max(now - lag, self._last_end)
+        self._last_end = end
+        start = end - self.cfg.window
         rec = {"host": self.host, "target": self.cfg.target, "ts_s": now,
-               "window_start_s": start, "window_end_s": now}
+               "window_start_s": start, "window_end_s": end}
         try:
             seen = self.target.layout()
         except TargetError as exc:
             return self._log({**rec, "current_layout": self.state.layout, "action": "no-target",
                               "reason": f"{exc.kind}: {exc}; nothing changed, retried next interval"})
         self._observe(seen, now)
-        rows = outcome.server_requests(self.store, start, now)
+        rows = outcome.arrived(self.store, start, end)
         rec["current_layout"] = self.state.layout
+        # the policy counts a lead's age on the decisions' own clock, whatever the lag
+        lead_start = now - self.cfg.window
         if not len(rows):
-            d = decide(self.state, [], now, start, self.cfg.policy, traffic=False)
+            d = decide(self.state, [], now, lead_start, self.cfg.policy, traffic=False)
             self.state = d.state
             return self._log({**rec, "action": "hold", "reason": d.reason,
-                              "forecast": {"window_requests": 0}})
+                              "forecast": {"window_requests": 0, "lag_s": lag}})
         hist = None
         if self.cfg.forecast:
-            past = outcome.server_requests(self.store, now - max(self.cfg.history_s, self.cfg.window), now)
-            hist = inputs.window_workload(past)
+            hist = inputs.window_workload(outcome.arrived(
+                self.store, end - max(self.cfg.history_s, self.cfg.window), end))
         wl, fsum = inputs.forecast_next(inputs.window_workload(rows), self.cfg.window,
                                         self.cfg.interval_s, hist, self.cfg.interval_s)
+        fsum["lag_s"] = lag
         try:
             pred = inputs.predict(wl, self.profile, self.slo, self.cfg.candidates, self.cfg.devices)
         except UserError as exc:  # no candidate meets the SLO at any rate: nothing to move to
@@ -124,7 +137,7 @@ class Autopilot:
             from gpuprobe.decide.store import save_recommendation
             pred["id"] = save_recommendation(self.store, pred)
         cands = list(pred.get("candidates") or [])
-        d = decide(self.state, cands, now, start, self.cfg.policy)
+        d = decide(self.state, cands, now, lead_start, self.cfg.policy)
         self.state = d.state
         rec.update(forecast=fsum, candidates=cands, action=d.action, reason=d.reason,
                    recommendation_id=pred.get("id"),
@@ -160,7 +173,7 @@ class Autopilot:
             if exc.kind != "failed":  # never started (or unknown): re-read next interval
                 return {"action": "no-target",
                         "reason": f"{reason}; not done: {exc.kind}: {exc}; retried next interval"}
-            self.state = after_switch(self.state, False, now, self.cfg.policy)
+            self.state = after_switch(self.state, False, self.clock(), self.cfg.policy)
             out = {"action": "switch-failed", "reason": f"{reason}; failed: {exc}"}
             if self.state.halted:
                 msg = (f"autopilot holds {self.state.layout} at {self.cfg.target}: the switch to "
@@ -170,7 +183,8 @@ class Autopilot:
                                            "message": msg}])
                 out["reason"] += "; halted (event raised)"
             return out
-        self.state = after_switch(self.state, True, now, self.cfg.policy, new_key)
+        # the dwell and the cooldown count from when the new layout is in place
+        self.state = after_switch(self.state, True, self.clock(), self.cfg.policy, new_key)
         if self._rec_id is not None:
             self.store.mark_recommendation_applied(self._rec_id, self.cfg.target)
         return {"action": "switch", "reason": f"{reason}; done in {entry.get('duration_s', '?')} s"}

@@ -15,7 +15,8 @@ A switch needs all of:
 - dwell: the current layout has been in place for `min_dwell_s`, and the same challenger has
   led by `min_gain` in every decision since a point `min_dwell_s` back (counted from the start
   of the window in which it first led): a mix that swings back within the dwell resets it;
-- cooldown: no switch was tried in the last `cooldown_s`;
+- cooldown: no switch attempt ended in the last `cooldown_s` (the caller passes after_switch
+  the time the attempt ended);
 - not halted: a switch that failed is retried once after the cooldown; a second failure
   halts switching for the rest of the run (the loop raises an event).
 """
