@@ -101,16 +101,11 @@ def _drive(server, profile, wl, policy, dry_run=False, token=TOKEN):
     return decisions, events, out["r"], rows, lines
 
 
-def _shift_arrival(rows) -> float:
-    """When the first prefill-heavy request reached the server."""
-    return float(rows[rows.prompt_tokens == 1000].arrival_s.min())
-
-
-def _after_shift(decision, rows) -> float:
-    """How far past the shift the window that decided reached, in arrival time (the window
-    stands back from the decision by the server's recent request time, so on a crowded
-    machine the decision itself comes later by that much)."""
-    return float(decision.window_end_s) - _shift_arrival(rows)
+def _shift_seen(rows) -> float:
+    """When the shift could first be seen in the store: the first prefill-heavy request's
+    finish (the server writes a row when a request ends; on an idle machine that is a few
+    hundred ms after it arrived, on a crowded one it can be tens of seconds)."""
+    return float(rows[rows.prompt_tokens == 1000].finish_s.min())
 
 
 def _reset(server):
@@ -134,8 +129,8 @@ def test_dry_run_logs_the_decision_and_switches_nothing(server, profile):
     would = dec[dec.action == "would-switch"]
     assert list(would.chosen_layout) == ["intra@0.5"], "\n".join(lines)
     assert not (dec.action == "switch").any()
-    reach = _after_shift(would.iloc[0], rows)
-    assert 0 < reach <= WINDOW + 2 * INTERVAL + 1.0, (reach, "\n".join(lines))
+    lag = float(would.ts_s.iloc[0]) - _shift_seen(rows)
+    assert -INTERVAL < lag <= WINDOW + 2 * INTERVAL + 1.0, (lag, "\n".join(lines))
     assert Target(server.url, TOKEN).layout()["layout"] == "monolithic"
 
 
@@ -176,8 +171,8 @@ def test_switches_once_after_the_shift_and_no_request_fails(server, profile):
         ("monolithic", "intra", "ok")], log
     switched = dec[dec.action == "switch"]
     assert len(switched) == 1 and switched.chosen_layout.iloc[0] == "intra@0.5", log
-    reach = _after_shift(switched.iloc[0], rows)
-    assert 0 < reach <= WINDOW + 2 * INTERVAL + 1.0, (reach, log)
+    lag = float(switched.ts_s.iloc[0]) - _shift_seen(rows)
+    assert -INTERVAL < lag <= WINDOW + 2 * INTERVAL + 1.0, (lag, log)
     after = dec[dec.ts_s > switched.ts_s.iloc[0]]
     assert (after.action == "hold").all() and (after.current_layout == "intra@0.5").all(), log
     # every decision but the last has its outcome: the next interval, measured
@@ -204,7 +199,7 @@ def test_failed_switch_retried_once_then_halts_with_an_event(server, profile, tm
         store.insert_requests(_server_rows("prefill-heavy", time.time(), 5))
         ap = Autopilot(store, Target(server.url, TOKEN), profile,
                        parse_slo("ttft_p99=1s,tbt_p99=60ms,attain=0.9"),
-                       AutopilotConfig(server.url, INTERVAL, 30.0, False, PolicyConfig(0.0, 0.1, 1.0),
+                       AutopilotConfig(server.url, INTERVAL, 600.0, False, PolicyConfig(0.0, 0.1, 1.0),
                                        "window", forecast=False), say=lambda _: None)
         first, cooling = ap.step(), ap.step()
         time.sleep(1.1)

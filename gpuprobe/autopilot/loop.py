@@ -24,7 +24,6 @@ from gpuprobe.autopilot.target import Target, TargetError
 from gpuprobe.errors import UserError
 
 LOCK_RENEW_S = 30.0  # well inside the store's stale-lock age (120 s)
-LAG_LOOKBACK_S = 30.0  # the recent requests whose end-to-end times set the window's lag
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,6 @@ class Autopilot:
         self.prev: tuple[int, float] | None = None    # (decision id, ts) awaiting its outcome
         self.decisions = 0
         self._rec_id: int | None = None
-        self._last_end = -math.inf
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self, stop: threading.Event, max_decisions: int | None = None) -> int:
@@ -92,14 +90,11 @@ class Autopilot:
         """One decision, written to the audit log; returns the record."""
         now = self.clock()
         self.close_outcome()
-        # The window is a stretch of arrivals whose requests have (nearly all) finished: it
-        # stands back from now by the server's recent p90 request time. A window by finish
-        # time would mix old and new requests whenever the server runs slow.
-        lag = outcome.latency_s(self.store, now, max(LAG_LOOKBACK_S, 5 * self.cfg.window))
-        # never back past a window already decided on (a long switch lengthens the requests
-        # it held up, and with them the lag): older arrivals are no news
-        end = max(now - lag, self._last_end)
-        self._last_end = end
+        # The requests that finished in the window: the server writes a row when a request
+        # ends, so a window by arrival ending now would miss every request still running.
+        # (A window of arrivals standing back by the server's recent request time was tried:
+        # on a starved server the lag reached back into traffic a minute old.)
+        end = now
         start = end - self.cfg.window
         rec = {"host": self.host, "target": self.cfg.target, "ts_s": now,
                "window_start_s": start, "window_end_s": end}
@@ -109,7 +104,7 @@ class Autopilot:
             return self._log({**rec, "current_layout": self.state.layout, "action": "no-target",
                               "reason": f"{exc.kind}: {exc}; nothing changed, retried next interval"})
         self._observe(seen, now)
-        rows = outcome.arrived(self.store, start, end)
+        rows = outcome.server_requests(self.store, start, end)
         rec["current_layout"] = self.state.layout
         # the policy counts a lead's age on the decisions' own clock, whatever the lag
         lead_start = now - self.cfg.window
@@ -117,14 +112,13 @@ class Autopilot:
             d = decide(self.state, [], now, lead_start, self.cfg.policy, traffic=False)
             self.state = d.state
             return self._log({**rec, "action": "hold", "reason": d.reason,
-                              "forecast": {"window_requests": 0, "lag_s": lag}})
+                              "forecast": {"window_requests": 0}})
         hist = None
         if self.cfg.forecast:
-            hist = inputs.window_workload(outcome.arrived(
+            hist = inputs.window_workload(outcome.server_requests(
                 self.store, end - max(self.cfg.history_s, self.cfg.window), end))
         wl, fsum = inputs.forecast_next(inputs.window_workload(rows), self.cfg.window,
                                         self.cfg.interval_s, hist, self.cfg.interval_s)
-        fsum["lag_s"] = lag
         try:
             pred = inputs.predict(wl, self.profile, self.slo, self.cfg.candidates, self.cfg.devices)
         except UserError as exc:  # no candidate meets the SLO at any rate: nothing to move to

@@ -24,23 +24,6 @@ def server_requests(store, start_s: float, end_s: float) -> pd.DataFrame:
     return df[(end >= start_s) & (end < end_s)]
 
 
-def latency_s(store, now_s: float, lookback_s: float) -> float:
-    """The p90 end-to-end time of the server's requests that finished in the last lookback_s
-    (0 without any): how far back a window by arrival must stand for nearly all its requests
-    to have finished, and so to be in the store."""
-    df = server_requests(store, now_s - lookback_s, now_s)
-    e2e = df["e2e_s"].to_numpy(dtype=float) if len(df) else np.array([])
-    e2e = e2e[np.isfinite(e2e)]
-    return float(np.percentile(e2e, 90)) if len(e2e) else 0.0
-
-
-def arrived(store, start_s: float, end_s: float) -> pd.DataFrame:
-    """The server's request rows that arrived in [start_s, end_s) (and so finished: a row is
-    written when its request ends)."""
-    df = store.requests(source="server", since_s=start_s)
-    return df[df["arrival_s"] < end_s] if len(df) else df
-
-
 def measure(rows: pd.DataFrame, slo_ttft_s: float, slo_tbt_s: float) -> dict:
     """Counts, latency percentiles and SLO attainment of `rows` (server request rows)."""
     n = len(rows)
