@@ -9,6 +9,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 SWITCH_COLOR = "#b3261e"
+# Request panels' series keep one color wherever they appear; GPUs take PALETTE in device order.
+NAMED_COLORS = {"arrivals": "#6c757d", "prefill": "#e07b39", "decode": "#4c9a5a", "p50": "#3b6fb6",
+                "p99": "#b3261e"}
 PALETTE = ("#3b6fb6", "#e07b39", "#4c9a5a", "#8e5ea2", "#c9a227", "#2a9d8f", "#d1495b", "#6c757d")
 
 
@@ -16,36 +19,63 @@ def to_time(ts_s) -> pd.DatetimeIndex:
     return pd.to_datetime(np.asarray(ts_s, dtype=float), unit="s", utc=True)
 
 
+def to_ms(ts_s) -> np.ndarray:
+    """Epoch milliseconds: what a plotly date axis reads from plain numbers. Timestamps would
+    become object arrays that plotly deep-copies one by one (0.5 s for a dozen series)."""
+    return np.asarray(ts_s, dtype=float) * 1e3
+
+
 def live_figure(panels: list[dict], switches: pd.DataFrame, x_range: tuple[float, float]) -> go.Figure:
-    """One subplot per panel {title, unit, traces: [{name, ts_s, value}]}, all on one x axis
-    (zooming one zooms all), a red dashed line at every layout switch on every panel."""
-    n = len(panels)
-    fig = make_subplots(rows=n, cols=1, shared_xaxes=True, vertical_spacing=min(0.04, 0.3 / max(n, 1)),
-                        subplot_titles=[f"{p['title']} ({p['unit']})" for p in panels])
+    """One panel per {title, unit, traces: [{name, ts_s, value}]}, stacked on one x axis
+    (zooming one zooms all), a red dashed line at every layout switch on every panel.
+
+    Built as one plain dict and validated once: plotly's make_subplots, add_trace and
+    add_vline cost about 1 s for twelve panels, most of the page's time."""
+    n, gap = len(panels), 0.3 / max(len(panels), 1)
+    height = (1.0 - gap * (n - 1)) / n
+    layout = {"height": max(320, 190 * n + 80), "margin": {"l": 60, "r": 20, "t": 60, "b": 30},
+              "hovermode": "x unified", "legend": {"orientation": "h", "y": 1.0, "yanchor": "top",
+                                                   "x": 0, "yref": "container"}, "annotations": [],
+              "shapes": []}
+    data, seen = [], set()
     for row, p in enumerate(panels, 1):
+        axis = "" if row == 1 else str(row)
+        top = 1.0 - (row - 1) * (height + gap)
+        layout[f"yaxis{axis}"] = {"domain": [max(0.0, top - height), min(1.0, top)], "anchor": f"x{axis}", "title": {"text": p["unit"]},
+                                  "rangemode": "tozero"}
+        layout[f"xaxis{axis}"] = {"anchor": f"y{axis}", "type": "date", "showticklabels": row == n,
+                                  **({"matches": "x"} if row > 1 else {"range": list(to_ms(x_range))})}
+        layout["annotations"].append({"text": f"<b>{p['title']}</b> ({p['unit']})", "x": 0.5, "xref": "paper",
+                                      "xanchor": "center", "y": top, "yref": "paper", "yanchor": "bottom",
+                                      "showarrow": False})
         for i, t in enumerate(p["traces"]):
-            fig.add_trace(go.Scatter(x=to_time(t["ts_s"]), y=t["value"], name=t["name"], mode="lines",
-                                     line={"width": 1.4, "color": PALETTE[i % len(PALETTE)]},
-                                     legendgroup=p["title"], showlegend=len(p["traces"]) > 1 or row == 1,
-                                     hovertemplate="%{y:.3g}<extra>" + t["name"] + "</extra>"),
-                          row=row, col=1)
-        fig.update_yaxes(title_text=p["unit"], row=row, col=1, rangemode="tozero")
-    mark_switches(fig, switches, rows=n)
-    fig.update_xaxes(range=list(to_time(x_range)), row=n, col=1)
-    fig.update_layout(height=max(320, 190 * n + 80), margin={"l": 60, "r": 20, "t": 40, "b": 30},
-                      hovermode="x unified", showlegend=False)
-    return fig
+            color = NAMED_COLORS.get(t["name"], PALETTE[i % len(PALETTE)])
+            data.append({"type": "scatter", "mode": "lines", "x": to_ms(t["ts_s"]), "y": np.asarray(t["value"]),
+                         "name": t["name"], "legendgroup": t["name"], "showlegend": t["name"] not in seen,
+                         "line": {"width": 1.4, "color": color}, "xaxis": f"x{axis}", "yaxis": f"y{axis}",
+                         "hovertemplate": "%{y:.3g}<extra>" + t["name"] + "</extra>"})
+            seen.add(t["name"])
+    shapes, notes = switch_marks(switches, n, x_range)
+    layout["shapes"], layout["annotations"] = shapes, layout["annotations"] + notes
+    return go.Figure({"data": data, "layout": layout})
 
 
-def mark_switches(fig: go.Figure, switches: pd.DataFrame, rows: int = 1) -> None:
-    """A dashed vertical line per layout switch on each of `rows` panels, labelled once on top."""
+def switch_marks(switches: pd.DataFrame, rows: int, x_range: tuple[float, float]) -> tuple[list[dict], list[dict]]:
+    """(shapes, annotations): a dashed vertical line per layout switch on each of `rows`
+    panels, labelled on the top one (on the side away from the plot's edge)."""
+    shapes, notes = [], []
+    middle = (x_range[0] + x_range[1]) / 2
     for r in switches.itertuples():
-        x = to_time([r.ts_s])[0]
-        label = f"{r.from_layout or '?'} -> {r.to_layout}"
+        text = f"{r.from_layout} -> {r.to_layout}" if r.from_layout else f"start: {r.to_layout}"
+        x = float(to_ms(r.ts_s))
         for row in range(1, rows + 1):
-            fig.add_vline(x=x, line={"color": SWITCH_COLOR, "dash": "dash", "width": 1.5}, row=row, col=1,
-                          annotation_text=label if row == 1 else None, annotation_position="top left",
-                          annotation_font_color=SWITCH_COLOR)
+            axis = "" if row == 1 else str(row)
+            shapes.append({"type": "line", "xref": f"x{axis}", "yref": f"y{axis} domain", "x0": x, "x1": x,
+                           "y0": 0, "y1": 1, "line": {"color": SWITCH_COLOR, "dash": "dash", "width": 1.5}})
+        notes.append({"x": x, "xref": "x", "y": 1, "yref": "y domain", "showarrow": False, "yanchor": "top",
+                      "xanchor": "left" if r.ts_s < middle else "right", "text": f" {text} ",
+                      "font": {"color": SWITCH_COLOR}})
+    return shapes, notes
 
 
 def mix_figure(buckets: pd.DataFrame, change_points_s: list, title: str) -> go.Figure:

@@ -41,8 +41,9 @@ def _locked(fn):
 
 @_locked
 def span(store) -> tuple[float, float] | None:
-    """(first, last) time of any sample or request, seconds since the epoch."""
-    parts = [p for p in (reads.sample_span(store), reads.request_span(store)) if p]
+    """(first, last) time of any sample, request or layout switch, seconds since the epoch
+    (a switch after the last request still ends the window)."""
+    parts = [p for p in (reads.sample_span(store), reads.request_span(store), reads.layout_span(store)) if p]
     return (min(p[0] for p in parts), max(p[1] for p in parts)) if parts else None
 
 

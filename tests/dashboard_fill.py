@@ -16,12 +16,14 @@ NUM_REQUESTS = 240
 SWITCH_S = T0 + 300
 
 
-def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True) -> Store:
+def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True, t0: float = T0,
+         switch: bool = True) -> Store:
+    """Fill the store at `path`; `t0` moves every timestamp (a live test wants the last minutes)."""
     store = Store.open(path)
     rng = np.random.default_rng(0)
     rows = []
     for i in range(SPAN_S):
-        t = T0 + i
+        t = t0 + i
         rows += [Sample(t, HOST, "host", "cpu", "cpu_util_pct", 40.0 + 10 * np.sin(i / 30)),
                  Sample(t, HOST, "host", "memory", "mem_used_bytes", 8 * 2.0 ** 30)]
         if gpus:
@@ -35,16 +37,17 @@ def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True)
     store.insert_samples(rows)
     store.start_run("serve-1", "serve", HOST, {"model": "tiny", "layout": "monolithic"})
     if requests:
-        arr = T0 + np.sort(rng.uniform(0, SPAN_S, NUM_REQUESTS))
+        arr = t0 + np.sort(rng.uniform(0, SPAN_S, NUM_REQUESTS))
         store.insert_requests([{"run_id": "serve-1", "source": "server", "request_id": f"r{i}", "host": HOST,
                                 "arrival_s": float(a), "prompt_tokens": 200, "output_tokens": 50,
                                 "ttft_s": 0.05, "tbt_p50_s": 0.02, "tbt_p99_s": 0.04, "status": "ok"}
                                for i, a in enumerate(arr)])
-    store.insert_layout_events([{"ts_s": SWITCH_S, "host": HOST, "run_id": "serve-1", "from_layout": "monolithic",
-                                 "to_layout": "intra", "prefill_share": 0.7, "actor": "admin", "status": "ok"}])
-    store.insert_events([{"ts_s": T0 + 100, "host": HOST, "source": "agent", "device": "", "kind": "samples_dropped",
+    if switch:
+        store.insert_layout_events([{"ts_s": t0 + 300, "host": HOST, "run_id": "serve-1", "from_layout": "monolithic",
+                                     "to_layout": "intra", "prefill_share": 0.7, "actor": "admin", "status": "ok"}])
+    store.insert_events([{"ts_s": t0 + 100, "host": HOST, "source": "agent", "device": "", "kind": "samples_dropped",
                           "message": "dropped 500 samples (buffer full)"},
-                         {"ts_s": T0 + 200, "host": HOST, "source": "nvml", "device": "gpu1", "kind": "gpu_lost",
+                         {"ts_s": t0 + 200, "host": HOST, "source": "nvml", "device": "gpu1", "kind": "gpu_lost",
                           "message": "gpu1 (GPU-x) lost: GPU is lost"}])
     wl = pd.DataFrame({"arrival_s": np.arange(300) * 2.0, "prompt_tokens": np.r_[np.full(150, 1000), np.full(150, 50)],
                        "output_tokens": np.r_[np.full(150, 20), np.full(150, 400)]})
@@ -62,7 +65,7 @@ def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True)
                         "max_goodput_rps_per_device": 1.5}],
         "reasons": [{"text": "prompt:output ratio 5.2 moves to 0.1 at 300 s", "evidence": {"ratio": 5.2}}],
         "body": {"plans": {"vllm": "vllm serve MODEL --enable-chunked-prefill --max-num-batched-tokens 2048"}}})
-    store.insert_forecasts([{"created_s": T0 + SPAN_S, "forecast_id": "fc-1", "workload": "wl-shift", "model": "ets", "metric": m,
+    store.insert_forecasts([{"created_s": t0 + SPAN_S, "forecast_id": "fc-1", "workload": "wl-shift", "model": "ets", "metric": m,
                              "target_s": 600.0 + 10 * k, "value": v, "lo80": v * 0.8, "hi80": v * 1.2,
                              "lo95": v * 0.6, "hi95": v * 1.4, "as_of_s": 600.0, "bucket_s": 10.0,
                              "horizon_s": 60.0, "note": "seasonality: none found"}
@@ -76,7 +79,7 @@ def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True)
                                       "measured_range": {"monolithic": {"ttft_p50_s": [0.095, 0.105]}},
                                       "summary": {"monolithic": {"median_abs_rel_error_p50": 0.075}}}})
     if decisions:
-        store.insert_decision({"ts_s": T0 + 310, "target": "http://127.0.0.1:8000", "current_layout": "monolithic",
+        store.insert_decision({"ts_s": t0 + 310, "target": "http://127.0.0.1:8000", "current_layout": "monolithic",
                                "chosen_layout": "intra", "action": "switch", "reason": "decode-heavy ahead",
                                "predicted": {"tbt_p99_s": 0.05}})
     return store

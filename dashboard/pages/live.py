@@ -19,7 +19,7 @@ if span is None:
 
 inv = cached("inventory")
 hosts = sorted(set(inv["host"]))
-top = st.columns([2, 2, 3, 1])
+top = st.columns([2, 2, 3, 1.3])
 window = top[0].selectbox("Window (ending at the newest data)", list(WINDOWS), index=1)
 host = top[1].selectbox("Host", ["all", *hosts]) if len(hosts) > 1 else None
 gpu_devices = sorted(set(inv[inv["source"].isin(["nvml", "gpm"])]["device"]))

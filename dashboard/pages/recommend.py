@@ -79,10 +79,17 @@ else:
             except ApplyError as exc:
                 st.error(f"Not applied: {exc}. Nothing was changed.")
             else:
-                lay = result["layout"]
-                st.success(f"Applied: {target} now runs **{lay.get('layout')}**"
-                           + (f" (prefill share {lay['prefill_share']})" if lay.get("prefill_share") else ""))
-                st.json(result["switch"])
+                # kept across the rerun that redraws the page with the recommendation marked applied
+                st.session_state["applied"] = (rec["id"], target, result)
+                st.rerun()
+    done = st.session_state.get("applied")
+    if done and done[0] == rec["id"]:
+        _, where, result = done
+        lay = result["layout"]
+        st.success(f"Applied: {where} now runs **{lay.get('layout')}**"
+                   + (f" (prefill share {lay['prefill_share']})" if lay.get("prefill_share") else ""))
+        with st.expander("the server's answer"):
+            st.json(result["switch"])
 
 st.subheader("Autopilot audit log")
 dec = cached("decisions")

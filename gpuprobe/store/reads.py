@@ -54,6 +54,13 @@ def request_span(store, source: str | None = None) -> tuple[float, float] | None
     return None if lo is None else (float(lo), float(hi))
 
 
+def layout_span(store) -> tuple[float, float] | None:
+    """(first, last) layout switch, or None."""
+    with store._lock:
+        lo, hi = store._conn.execute("SELECT MIN(ts_s), MAX(ts_s) FROM layout_events").fetchone()
+    return None if lo is None else (float(lo), float(hi))
+
+
 def inventory(store) -> pd.DataFrame:
     """What was sampled: host, source, device, num_metrics, metrics (comma-separated)."""
     return store._read(

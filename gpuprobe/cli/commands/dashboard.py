@@ -22,11 +22,13 @@ def command(store_path: str, host: str, port_: int) -> list[str]:
     app = Path(gpuprobe.dashboard.__file__).parent / "app.py"
     return [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", host,
             "--server.port", str(port_), "--server.headless", "true",
-            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+            "--client.toolbarMode", "viewer"]
 
 
 def run(args) -> int:
     import os
+    import signal
     import subprocess
 
     from gpuprobe.errors import StoreError, UserError
@@ -41,6 +43,7 @@ def run(args) -> int:
     print(f"gpuprobe dashboard: store {path}; open http://{args.host}:{args.port}", flush=True)
     proc = subprocess.Popen(command(str(path), args.host, args.port),
                             env={**os.environ, "GPUPROBE_STORE": str(path)})
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())  # a stopped command stops its app
     try:
         return proc.wait()
     except KeyboardInterrupt:
