@@ -33,7 +33,7 @@ def live_figure(panels: list[dict], switches: pd.DataFrame, x_range: tuple[float
     add_vline cost about 1 s for twelve panels, most of the page's time."""
     n, gap = len(panels), 0.3 / max(len(panels), 1)
     height = (1.0 - gap * (n - 1)) / n
-    layout = {"height": max(320, 190 * n + 80), "margin": {"l": 60, "r": 20, "t": 60, "b": 30},
+    layout = {"template": "plotly_white", "height": max(320, 190 * n + 80), "margin": {"l": 60, "r": 20, "t": 60, "b": 30},
               "hovermode": "x unified", "legend": {"orientation": "h", "y": 1.0, "yanchor": "top",
                                                    "x": 0, "yref": "container"}, "annotations": [],
               "shapes": []}

@@ -61,7 +61,7 @@ def charts() -> None:
         return
     st.caption(f"{len(panels)} panels, {sum(len(t['ts_s']) for p in panels for t in p['traces']):,} points, "
                f"{len(switches)} layout switches; newest data {_utc(last)} UTC")
-    st.plotly_chart(live_figure(panels, switches, (start, end)), key="live", width="stretch")
+    st.plotly_chart(live_figure(panels, switches, (start, end)), key="live", width="stretch", theme=None)
     if len(switches):
         with st.expander(f"Layout switches ({len(switches)})"):
             st.dataframe(switches.assign(ts=lambda d: d["ts_s"].map(_utc)), hide_index=True)
