@@ -96,6 +96,10 @@ def gpuprobe(*args) -> subprocess.CompletedProcess:
 def test_dashboard_command_refuses_a_missing_store_and_a_bad_port(tmp_path):
     done = gpuprobe("dashboard", "--store", str(tmp_path / "none.db"))
     assert done.returncode == 2 and "no store at" in done.stderr and len(done.stderr.splitlines()) == 1
+    (tmp_path / "notes.db").write_text("not a database")
+    done = gpuprobe("dashboard", "--store", str(tmp_path / "notes.db"))
+    assert done.returncode == 2 and "notes.db" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert (tmp_path / "notes.db").read_text() == "not a database"  # untouched
     done = gpuprobe("dashboard", "--port", "99999")
     assert done.returncode == 2 and "--port" in done.stderr
 

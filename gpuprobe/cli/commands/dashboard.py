@@ -36,8 +36,8 @@ def run(args) -> int:
     from gpuprobe.store.connection import resolve_path
 
     path = resolve_path(args.store).resolve()
-    try:
-        Store.open(path, read_only=True).close()
+    try:  # opened for writing once, so an older store is migrated before the app reads it read-only
+        Store.open(path, create=False).close()
     except StoreError as exc:
         raise UserError(f"--store: {exc} (make one with `gpuprobe demo` or `gpuprobe import`)") from None
     print(f"gpuprobe dashboard: store {path}; open http://{args.host}:{args.port}", flush=True)
