@@ -13,6 +13,7 @@ PAGES = [("overview.py", "Overview", ":material/dashboard:"), ("live.py", "Live"
 
 st.set_page_config(page_title="gpuprobe", page_icon=":material/memory:", layout="wide")
 nav = st.navigation([st.Page(HERE / f, title=t, icon=i, default=(f == "overview.py")) for f, t, i in PAGES])
+from gpuprobe.dashboard import charts  # noqa: E402,F401 - plotly loads once, with the app, not on the first chart
 from gpuprobe.dashboard.common import store_path  # noqa: E402 - after set_page_config
 
 st.sidebar.caption(f"store: `{store_path()}`")

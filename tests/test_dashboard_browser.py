@@ -26,7 +26,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
               pytest.mark.timeout(300)]  # a loaded 2-core VM: the switch spawns two workers
 TOKEN = "dashboard-test-token"
-PAGES = (("", "Overview", 0), ("live", "Live", 1), ("workload", "Workload", 6), ("model", "Model", 1),
+PAGES = (("", "Overview", 1), ("live", "Live", 1), ("workload", "Workload", 6), ("model", "Model", 1),
          ("forecast", "Forecast", 2), ("recommend", "Recommend", 0), ("reports", "Reports", 0))
 
 

@@ -58,6 +58,8 @@ def test_overview_counts_hosts_gpus_layout_recommendation_and_alerts(filled, mon
     assert metrics["Expected gain over the runner-up"] == "18.0%"
     assert "gpu1 (GPU-x) lost" in texts(at.error)
     assert "dropped 500 samples" in texts(at.warning)
+    glance = json.loads(at.get("plotly_chart")[0].proto.spec)  # the last hour: SM activity, request rate
+    assert [a["text"].split("<")[1] for a in glance["layout"]["annotations"][:2]] == ["b>SM activity", "b>Request rate (server)"]
 
 
 def test_overview_alerts_when_tbt_nears_the_slo(tmp_path, monkeypatch):

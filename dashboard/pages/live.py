@@ -3,9 +3,8 @@ layout switches marked on every panel, redrawn every few seconds (reads cached u
 import streamlit as st
 
 from gpuprobe.dashboard.charts import live_figure
-from gpuprobe.dashboard.common import cached, missing
+from gpuprobe.dashboard.common import cached, missing, window_points
 
-MAX_POINTS = 2000  # per series, downsampled inside the store
 REQUEST_BUCKET_S = 5.0  # narrower request buckets are mostly empty or single requests
 WINDOWS = {"15 min": 900.0, "1 h": 3600.0, "6 h": 21600.0, "24 h": 86400.0, "all": None}
 REFRESH_S = 5
@@ -30,12 +29,10 @@ auto = top[3].toggle("Refresh", value=True, help=f"redraw every {REFRESH_S} s")
 @st.fragment(run_every=REFRESH_S if auto else None)
 def charts() -> None:
     first, last = cached("span")
-    width = WINDOWS[window]
-    start = first if width is None else max(first, last - width)
-    end = max(last, start + 1.0)
-    panels = cached("counter_panels", start, end, MAX_POINTS, None if host in (None, "all") else host,
-                    tuple(devices))
-    source, req = cached("request_panels", start, end, max(1, min(MAX_POINTS, int((end - start) / REQUEST_BUCKET_S))))
+    start, end, points = window_points((first, last), WINDOWS[window])
+    picked = () if set(devices) == set(gpu_devices) else tuple(devices)  # () = all: Overview's cache key
+    panels = cached("counter_panels", start, end, points, None if host in (None, "all") else host, picked)
+    source, req = cached("request_panels", start, end, max(1, min(points, int((end - start) / REQUEST_BUCKET_S))))
     if len(req):
         panels += [
             {"title": f"Request rate ({source})", "unit": "req/s",

@@ -3,7 +3,8 @@ import time
 
 import streamlit as st
 
-from gpuprobe.dashboard.common import cached, fmt_pct, missing
+from gpuprobe.dashboard.charts import live_figure
+from gpuprobe.dashboard.common import cached, fmt_pct, missing, window_points
 from gpuprobe.dashboard.queries import slo_tbt_s
 
 st.title("Overview")
@@ -18,6 +19,19 @@ c[2].metric("Serving engines", len(o["engines"]) + len(o["serve_runs"]))
 cur = o["current"]
 c[3].metric("Current layout", cur["layout"] if cur else "unknown",
             help="the last successful layout switch, or the layout the last `gpuprobe serve` started with")
+
+span = cached("span")
+if span is not None:  # the last hour at a glance; the same reads as the Live page's default window
+    start, end, points = window_points(span, 3600.0)
+    panels = cached("counter_panels", start, end, points, None, ())[:1]
+    source, req = cached("request_panels", start, end, max(1, min(points, int((end - start) / 5.0))))
+    if len(req):
+        panels.append({"title": f"Request rate ({source})", "unit": "req/s",
+                       "traces": [{"name": "arrivals", "ts_s": req["ts_s"], "value": req["requests_per_s"]}]})
+    if panels:
+        fig = live_figure(panels, cached("layout_switches", start, end), (start, end))
+        fig.update_layout(height=140 + 150 * len(panels), title={"text": "The last hour", "x": 0, "y": 0.99})
+        st.plotly_chart(fig, key="glance", width="stretch", theme=None)
 
 st.subheader("Alerts")
 if not alerts:
