@@ -31,8 +31,8 @@ NAMES: dict[str, tuple[str, str, float]] = {
     "vllm:request_queue_time_seconds": ("histogram", "queue_time", 1.0),
     "vllm:request_prefill_time_seconds": ("histogram", "prefill_time", 1.0),
     "vllm:request_decode_time_seconds": ("histogram", "decode_time", 1.0),
-    # gpuprobe serve (besides vLLM's names)
-    "gpuprobe_requests_finished": ("counter", "requests_finished_per_s", 1.0),
+    # gpuprobe serve (besides vLLM's names; its finished requests are read from
+    # vllm:request_success, since gpuprobe_requests_finished also counts refusals)
     "gpuprobe_kv_handoff_seconds": ("histogram", "kv_handoff", 1.0),
     # SGLang
     "sglang:num_running_reqs": ("gauge", "num_requests_running", 1.0),

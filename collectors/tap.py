@@ -149,7 +149,10 @@ class Tap:
             if request.transport is not None:
                 request.transport.abort()
             return resp
-        await resp.write_eof()
+        try:
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # a client that closes at [DONE] has all it wanted; the record is already taken
         return resp
 
     async def _whole(self, request, upstream, arrival_s, recorded, meta) -> web.StreamResponse:

@@ -41,7 +41,7 @@ async def stream_completion(session, url: str, prompt, max_tokens: int) -> dict:
     """POST a streaming completion; count chunks, read usage, note an error event."""
     body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True,
             "stream": True, "stream_options": {"include_usage": True}, "temperature": 0}
-    out = {"chunks": 0, "usage": None, "error": None, "done": False, "status": None}
+    out = {"chunks": 0, "empty": 0, "usage": None, "error": None, "done": False, "status": None}
     async with session.post(url + "/v1/completions", json=body) as resp:
         out["status"] = resp.status
         if resp.status != 200:
@@ -60,6 +60,8 @@ async def stream_completion(session, url: str, prompt, max_tokens: int) -> dict:
                 out["error"] = obj["error"]
             elif obj["choices"]:
                 out["chunks"] += 1
+                choice = obj["choices"][0]
+                out["empty"] += choice["text"] == "" and choice["finish_reason"] is None
             elif obj.get("usage"):
                 out["usage"] = obj["usage"]["completion_tokens"]
     return out
@@ -76,7 +78,9 @@ def test_64_concurrent_streams_get_exactly_max_tokens(server):
     results = asyncio.run(_many(server.url, jobs))
     for (_, n), r in zip(jobs, results):
         assert r["error"] is None and r["done"], r
-        assert r["chunks"] == n and r["usage"] == n, (n, r)
+        # The tiny model emits random ids: bytes of split characters and text-less ids are
+        # held back for the next chunk that completes text, so chunks <= tokens, none empty.
+        assert r["usage"] == n and 1 <= r["chunks"] <= n and r["empty"] == 0, (n, r)
 
 
 def test_non_stream_completion_and_models(server):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -14,12 +15,23 @@ from gpuprobe.server.options import LayoutConfig
 from gpuprobe.server.request_state import Tracked
 from gpuprobe.server.streaming import collect, stream
 
-RETRY_AFTER_S = 1
+RETRY_AFTER_S = 1  # when a 429 names no better time
 
 
 def _error(exc: oa.ApiError) -> web.Response:
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 429 else None
+    headers = ({"Retry-After": str(exc.retry_after_s or RETRY_AFTER_S)} if exc.status == 429
+               else None)
     return web.json_response(exc.body(), status=exc.status, headers=headers)
+
+
+def _parse_raw(raw: bytes, parse):
+    """JSON-decode and parse (tokenise) a generation body; run in a thread, so a large body
+    does not stall the event loop that streams everyone's tokens."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise oa.ApiError(f"request body is not valid JSON: {exc}", "body") from None
+    return parse(body)
 
 
 async def _json_body(request: web.Request):
@@ -50,23 +62,28 @@ class ServerApp:
     # ---- OpenAI API ---------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
         tok, m = self.model.tokenizer, self.model
-        return await self._generate(request, lambda body: oa.parse_completion(
-            body, tok.encode, m.vocab_size, m.max_context))
+        return await self._generate(request, "cmpl", lambda body: oa.parse_completion(
+            body, tok.encode, m.vocab_size, m.max_context, max_prompt_bytes=m.max_prompt_bytes))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         tok, m = self.model.tokenizer, self.model
-        return await self._generate(request, lambda body: oa.parse_chat(
-            body, tok.apply_chat_template, m.max_context))
+        return await self._generate(request, "chatcmpl", lambda body: oa.parse_chat(
+            body, tok.apply_chat_template, m.max_context, max_prompt_bytes=m.max_prompt_bytes))
 
-    async def _generate(self, request: web.Request, parse) -> web.StreamResponse:
+    async def _generate(self, request: web.Request, prefix: str, parse) -> web.StreamResponse:
         arrival_s = time.time()
+        rid, req = f"{prefix}-{uuid.uuid4().hex[:24]}", None
         try:
-            req = parse(await _json_body(request))
+            try:
+                raw = await request.read()
+            except web.HTTPRequestEntityTooLarge as exc:
+                raise oa.ApiError(f"request body is too large: {exc.text}", "body", 413) from None
+            req = await asyncio.to_thread(_parse_raw, raw, parse)
             oa.check_model(req.model, self.model.name)
-            prefix = "chatcmpl" if req.kind == "chat" else "cmpl"
-            t = Tracked(f"{prefix}-{uuid.uuid4().hex[:24]}", req, arrival_s)
+            t = Tracked(rid, req, arrival_s)
             self.router.submit(t)
         except oa.ApiError as exc:
+            self.router.reject(rid, arrival_s, exc, len(req.prompt_token_ids) if req else None)
             return _error(exc)
         if req.stream:
             return await stream(request, t, self.router, self.model)
@@ -105,7 +122,7 @@ class ServerApp:
             "layout": cfg.layout if cfg else None,
             "prefill_share": cfg.prefill_share if cfg and cfg.layout != "monolithic" else None,
             "chunked_prefill_tokens": cfg.chunked_prefill_tokens if cfg else None,
-            "history": self.router.history})
+            "switching": self.router.switching, "history": self.router.history})
 
     async def post_layout(self, request: web.Request) -> web.Response:
         if (denied := self._denied(request)) is not None:
@@ -113,10 +130,16 @@ class ServerApp:
         try:
             body = await _json_body(request)
             cfg = _layout_config(body, self.router.active)
+            actor, reason = _who(body)
         except oa.ApiError as exc:
             return _error(exc)
+        # Checked after the last await before switch() takes the lock, so two posts cannot both
+        # pass: the second is told, not queued behind the first (apply must change nothing).
+        if self.router.switching:
+            return web.json_response({"error": {"message": "a layout switch is already in progress",
+                                                "type": "conflict_error"}}, status=409)
         try:
-            entry = await self.router.switch(cfg, actor="admin", reason=body.get("reason", ""))
+            entry = await self.router.switch(cfg, actor=actor, reason=reason)
         except RuntimeError as exc:
             return web.json_response({"error": {"message": str(exc), "type": "server_error"}},
                                      status=500)
@@ -126,6 +149,18 @@ class ServerApp:
         if (denied := self._denied(request)) is not None:
             return denied
         return web.json_response({"workers": self.router.worker_pids()})
+
+
+def _who(body: dict) -> tuple[str, str]:
+    """(actor, reason) for the layout event: who asked (default 'admin') and why."""
+    actor, reason = body.get("actor", "admin"), body.get("reason", "")
+    for name, value, limit in (("actor", actor, 64), ("reason", reason, 200)):
+        if not isinstance(value, str) or len(value) > limit or not value.isprintable():
+            raise oa.ApiError(f"'{name}' must be printable text of at most {limit} characters",
+                              name)
+    if not actor:
+        raise oa.ApiError("'actor' must not be empty", "actor")
+    return actor, reason
 
 
 def _layout_config(body, active) -> LayoutConfig:

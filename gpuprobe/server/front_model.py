@@ -20,6 +20,12 @@ class FrontModel:
     def vocab_size(self) -> int:
         return self.config.vocab_size
 
+    @property
+    def max_prompt_bytes(self) -> int:
+        """A prompt text longer than this (UTF-8 bytes) cannot fit in max_context tokens, so
+        it is refused before it is tokenised."""
+        return self.max_context * self.tokenizer.max_token_bytes
+
 
 def load_front_model(name: str, kv_cache_mb: int, block_size: int, device: str,
                      overrides: dict | None = None) -> FrontModel:

@@ -33,7 +33,7 @@ async def serve(opts: ServeOptions, layout: LayoutConfig, host: str, port: int,
     host_name = socket.gethostname()
     telemetry = TelemetryWriter(store_path, run_id, host_name, {
         "model": opts.model, "layout": layout.layout, "device": opts.device})
-    metrics = ServerMetrics(opts.model)
+    metrics = ServerMetrics(opts.model, model.max_context)
     router = Router(opts, metrics, telemetry, run_id, host_name)
     runner = None
     stop = asyncio.Event()

@@ -17,7 +17,20 @@ _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.7
 _ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
                 7.5, 10.0, 20.0, 40.0, 80.0)
 _E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-                60.0, 120.0, 240.0, 480.0)
+                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # vLLM's request latencies
+FINISHED_REASONS = ("stop", "length", "abort")  # vLLM's FinishReason strings
+
+
+def buckets_1_2_5(max_value: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to max_value: vLLM's buckets for per-request token counts
+    (it passes max_model_len)."""
+    out, scale = [], 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > max_value:
+                return tuple(out)
+            out.append(m * scale)
+        scale *= 10
 _ITER_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 _HANDOFF_BUCKETS = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
@@ -27,7 +40,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 class ServerMetrics:
     """All metrics of one server, labelled with its model_name."""
 
-    def __init__(self, model_name: str):
+    def __init__(self, model_name: str, max_model_len: int = 2048):
         self.registry = CollectorRegistry()
         r, labels = self.registry, ["model_name"]
         self.model_name = model_name
@@ -54,9 +67,23 @@ class ServerMetrics:
                              ["model_name", "layout"], registry=r)
         self._share = Gauge("gpuprobe_prefill_share", "Share of compute given to prefill in "
                             "split layouts", labels, registry=r)
-        self._finished = Counter("gpuprobe_requests_finished", "Finished requests by status",
+        self._finished = Counter("gpuprobe_requests_finished", "Finished requests by status, "
+                                 "refused ones (http_4xx/5xx) included",
                                  ["model_name", "status"], registry=r)
+        # vLLM's per-request metrics, fed from the request's store row so the two agree.
+        self._success = Counter("vllm:request_success", "Count of successfully processed "
+                                "requests.", ["model_name", "finished_reason"], registry=r)
+        tokens = buckets_1_2_5(max_model_len)
+        self._req_prompt = Histogram("vllm:request_prompt_tokens", "Number of prefill tokens "
+                                     "processed.", labels, buckets=tokens, registry=r)
+        self._req_gen = Histogram("vllm:request_generation_tokens", "Number of generation "
+                                  "tokens processed.", labels, buckets=tokens, registry=r)
+        self._queue = Histogram("vllm:request_queue_time_seconds", "Histogram of time spent in "
+                                "WAITING phase for request.", labels, buckets=_E2E_BUCKETS,
+                                registry=r)
         self._m = model_name
+        for reason in FINISHED_REASONS:  # vLLM exposes every reason from the start, at 0
+            self._success.labels(model_name, reason)
 
     def set_queue(self, running: int, waiting: int) -> None:
         self._running.labels(self._m).set(running)
@@ -87,6 +114,19 @@ class ServerMetrics:
 
     def on_finish(self, e2e_s: float, status: str) -> None:
         self._e2e.labels(self._m).observe(e2e_s)
+        self._finished.labels(self._m, status).inc()
+
+    def on_request(self, finished_reason: str, record: dict) -> None:
+        """vLLM's per-request metrics from a finished request's store row. vLLM counts a
+        request ending in stop, length or abort; one that failed (status error) is not."""
+        self._success.labels(self._m, finished_reason).inc()
+        self._req_prompt.labels(self._m).observe(record["prompt_tokens"])
+        self._req_gen.labels(self._m).observe(record["output_tokens"])
+        if record["queue_s"] is not None:
+            self._queue.labels(self._m).observe(record["queue_s"])
+
+    def on_rejected(self, status: str) -> None:
+        """A request refused before it ran (http_400, http_429, ...): counted by status only."""
         self._finished.labels(self._m, status).inc()
 
     def exposition(self) -> bytes:

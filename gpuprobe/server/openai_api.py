@@ -18,9 +18,11 @@ class ApiError(Exception):
     """A client error: HTTP `status` with an OpenAI-style error body naming `param`."""
 
     def __init__(self, message: str, param: str | None = None, status: int = 400,
-                 kind: str = "invalid_request_error", code: str | None = None):
+                 kind: str = "invalid_request_error", code: str | None = None,
+                 retry_after_s: int | None = None):
         super().__init__(message)
         self.param, self.status, self.kind, self.code = param, status, kind, code
+        self.retry_after_s = retry_after_s  # a 429's Retry-After
 
     def body(self) -> dict:
         return {"error": {"message": str(self), "type": self.kind, "param": self.param,
@@ -112,8 +114,21 @@ def _check_ids(ids: list, vocab_size: int, param: str) -> list[int]:
     return ids
 
 
+def _check_bytes(texts: list[str], max_bytes: int | None, max_context: int, param: str) -> None:
+    """Refuse text that cannot fit in max_context tokens by its UTF-8 length alone, so a
+    1 MB prompt costs microseconds, not a second of tokenising."""
+    if max_bytes is None:
+        return
+    size = sum(len(t.encode("utf-8", errors="surrogatepass")) for t in texts)
+    if size > max_bytes:
+        raise ApiError(f"this model's maximum context length is {max_context} tokens; the "
+                       f"prompt's {size} bytes of text are more than that many tokens can hold "
+                       f"({max_bytes} bytes)", param)
+
+
 def parse_completion(body: Any, encode: Callable[[str], list[int]], vocab_size: int,
-                     max_context: int, default_max_tokens: int = 16) -> GenRequest:
+                     max_context: int, default_max_tokens: int = 16,
+                     max_prompt_bytes: int | None = None) -> GenRequest:
     """/v1/completions body -> GenRequest. prompt: text, token ids, or a one-element list of either."""
     if not isinstance(body, dict):
         raise ApiError("request body must be a JSON object", None)
@@ -121,6 +136,7 @@ def parse_completion(body: Any, encode: Callable[[str], list[int]], vocab_size: 
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one; real batches are not supported
     if isinstance(prompt, str):
+        _check_bytes([prompt], max_prompt_bytes, max_context, "prompt")
         ids = encode(prompt)
         if not ids:
             raise ApiError("'prompt' must not be empty", "prompt")
@@ -133,7 +149,7 @@ def parse_completion(body: Any, encode: Callable[[str], list[int]], vocab_size: 
 
 
 def parse_chat(body: Any, apply_template: Callable[[list[dict]], list[int]], max_context: int,
-               default_max_tokens: int = 256) -> GenRequest:
+               default_max_tokens: int = 256, max_prompt_bytes: int | None = None) -> GenRequest:
     """/v1/chat/completions body -> GenRequest; messages are rendered by the model's template."""
     if not isinstance(body, dict):
         raise ApiError("request body must be a JSON object", None)
@@ -154,6 +170,7 @@ def parse_chat(body: Any, apply_template: Callable[[list[dict]], list[int]], max
             messages[i] = m
         if not isinstance(content, str):
             raise ApiError(f"'messages[{i}].content' must be a string", "messages")
+    _check_bytes([m["content"] for m in messages], max_prompt_bytes, max_context, "messages")
     return _common(body, "chat", apply_template(messages), max_context, default_max_tokens)
 
 
@@ -164,9 +181,12 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 
 def stream_chunk(req: GenRequest, rid: str, model: str, text: str, finish_reason: str | None,
                  first: bool = False) -> dict:
-    """One SSE chunk carrying `text` (a chat delta or a completion text piece)."""
+    """One SSE chunk carrying `text` (a chat delta or a completion text piece). A chat chunk
+    that only finishes the stream has no content (OpenAI's `"delta":{}`)."""
     if req.kind == "chat":
-        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        delta = {"content": text} if text or not finish_reason else {}
+        if first:
+            delta = {"role": "assistant", **delta}
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         obj = "chat.completion.chunk"
     else:

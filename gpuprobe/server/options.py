@@ -35,6 +35,7 @@ class ServeOptions:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     max_queue: int = 256
+    max_queue_wait_s: float = 10.0  # refuse (429) what would wait longer for a first token; 0: off
     kv_cache_mb: int = 256
     block_size: int = 16
     cross_decode_addr: str | None = None  # host:port; None = 127.0.0.1 and a free port

@@ -14,6 +14,7 @@ import logging
 import time
 
 from gpuprobe.server import telemetry as tm
+from gpuprobe.server.admission import Admission
 from gpuprobe.server.layout_instance import LayoutInstance
 from gpuprobe.server.layouts import worker_specs
 from gpuprobe.server.openai_api import ApiError
@@ -36,8 +37,14 @@ class Router:
         self._lock = asyncio.Lock()
         self._tags = 0
         self._tasks: set[asyncio.Task] = set()
+        self.admission = Admission(opts.max_num_seqs + opts.max_queue, opts.max_queue_wait_s)
 
     # ---- layouts -------------------------------------------------------------------------
+    @property
+    def switching(self) -> bool:
+        """A switch (admin or replacement) holds the lock until its new layout is active."""
+        return self._lock.locked()
+
     async def switch(self, cfg: LayoutConfig, actor: str = "admin", reason: str = "") -> dict:
         """Make `cfg` the active layout; returns the history entry. Raises if it fails to start."""
         async with self._lock:
@@ -110,14 +117,24 @@ class Router:
 
     # ---- requests ------------------------------------------------------------------------
     def submit(self, t: Tracked) -> None:
-        """Admit and dispatch; ApiError 429 when max_num_seqs + max_queue are in flight."""
+        """Admit and dispatch, or refuse (admission.py): ApiError 429 (with retry_after_s)
+        when max_num_seqs + max_queue are in flight or the predicted wait for a first token
+        is over max_queue_wait_s."""
         if self.closing:
             raise ApiError("server is shutting down", None, 503, "server_error")
-        if len(self.requests) >= self.opts.max_num_seqs + self.opts.max_queue:
-            raise ApiError("server overloaded: too many requests in flight", None, 429,
-                           "rate_limit_error")
+        self.admission.check(len(self.requests), self.counts()[1])
         self.requests[t.rid] = t
         self._dispatch(t)
+
+    def reject(self, rid: str, arrival_s: float, exc: ApiError,
+               prompt_tokens: int | None = None) -> None:
+        """Record a refused request (bad body, unknown model, overload) in the store, with
+        status http_<code> as the tap records refusals, and count it on /metrics."""
+        status = f"http_{exc.status}"
+        self.telemetry.add_request(tm.rejected_record(
+            self.run_id, self.host, self.metrics.model_name, rid, arrival_s=arrival_s,
+            prompt_tokens=prompt_tokens, finish_s=time.time(), status=status, error=str(exc)))
+        self.metrics.on_rejected(status)
 
     def _dispatch(self, t: Tracked) -> None:
         inst = self.active
@@ -148,14 +165,18 @@ class Router:
         self.requests.pop(t.rid, None)
         t.events.put_nowait(("done", reason) if error is None else ("error", http_status, error))
         finish_s = time.time()
-        self.telemetry.add_request(tm.request_record(
+        record = tm.request_record(
             self.run_id, self.host, self.metrics.model_name, t.layout_name, t.rid,
             arrival_s=t.arrival_s, prompt_tokens=len(t.req.prompt_token_ids),
             token_times_s=t.token_times_s, dispatch_s=t.dispatch_s,
             prefill_start_s=t.prefill_start_s, prefill_end_s=t.prefill_end_s,
             kv_handoff_s=t.kv_handoff_s, kv_handoff_bytes=t.kv_handoff_bytes,
-            kv_recv_cpu_s=t.kv_recv_cpu_s, finish_s=finish_s, status=status, error=error))
+            kv_recv_cpu_s=t.kv_recv_cpu_s, finish_s=finish_s, status=status, error=error)
+        self.telemetry.add_request(record)
         self.metrics.on_finish(finish_s - t.arrival_s, status)
+        if status in ("ok", "aborted"):
+            self.metrics.on_request("abort" if status == "aborted" else reason or "length",
+                                    record)
         if t.layout is not None:
             self._maybe_stop(t.layout)
 
@@ -210,6 +231,7 @@ class Router:
             gap = now - t.token_times_s[-1] if t.token_times_s else None
             if not t.token_times_s:
                 self.metrics.on_first_token(now - t.arrival_s, len(t.req.prompt_token_ids))
+                self.admission.on_first_token(t.arrival_s, now)
             t.token_times_s.append(now)
             self.metrics.on_token(gap)
             t.events.put_nowait(("token", token_id, reason if finished else None))

@@ -1,7 +1,11 @@
 """Turning a request's token events into an SSE stream or one JSON response.
 
-One SSE chunk per generated token (its text may be empty while a UTF-8 character or a
-special token is in progress), so clients can count tokens by chunks, as with vLLM.
+One SSE chunk per token that completes text. A token that ends inside a UTF-8 character (or
+carries no text, like a special token) sends nothing: its bytes go out with the next chunk
+that completes a character, so no chunk has empty content and a client that counts chunks as
+tokens, or reads TTFT from the first chunk, counts text it can show. The last chunk carries
+finish_reason, with no content if nothing is left. Token times are recorded per token anyway
+(router.py), whatever the chunking.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from gpuprobe.server import openai_api as oa
 from gpuprobe.server.request_state import Tracked
 
 
-class _Text:
-    """Incremental detokenization plus stop strings."""
+class StreamText:
+    """Incremental detokenization plus stop strings, and what each token puts on the wire."""
 
     def __init__(self, tokenizer, stop: tuple[str, ...]):
         from gpuprobe.model.tokenizer import IncrementalDetokenizer
@@ -40,6 +44,14 @@ class _Text:
         self.text += piece
         return piece
 
+    def chunk(self, token_id: int, finish_reason: str | None) -> tuple[str, str | None] | None:
+        """(text, finish_reason) of the chunk this token sends, or None to hold it back (it
+        completes no character and finishes nothing). finish_reason is "stop" when a stop
+        string ended the text."""
+        piece = self.add(token_id)
+        reason = finish_reason or ("stop" if self.stopped else None)
+        return (piece, reason) if piece or reason else None
+
 
 async def _events(t: Tracked):
     """Yields t's events until the terminal one (included)."""
@@ -58,15 +70,16 @@ async def stream(request: web.Request, t: Tracked, router, model) -> web.StreamR
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                        "Cache-Control": "no-cache"})
     await resp.prepare(request)
-    text, n, req = _Text(model.tokenizer, t.req.stop), 0, t.req
+    text, n, sent, req = StreamText(model.tokenizer, t.req.stop), 0, 0, t.req
     try:
         async for ev in _events(t):
             if ev[0] == "token":
-                piece = text.add(ev[1])
+                out = text.chunk(ev[1], ev[2])
                 n += 1
-                reason = ev[2] or ("stop" if text.stopped else None)
-                await resp.write(_sse(oa.stream_chunk(req, t.rid, model.name, piece, reason,
-                                                      first=n == 1)))
+                if out is not None:  # else held back: the next chunk carries these bytes
+                    await resp.write(_sse(oa.stream_chunk(req, t.rid, model.name, *out,
+                                                          first=sent == 0)))
+                    sent += 1
                 if text.stopped and ev[2] is None:
                     router.abort(t, "ok", "stop")
                     break
@@ -77,14 +90,18 @@ async def stream(request: web.Request, t: Tracked, router, model) -> web.StreamR
             await resp.write(_sse(oa.usage_chunk(req, t.rid, model.name, n)))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-    except (asyncio.CancelledError, ConnectionResetError):
+    except ConnectionResetError:
+        # The client left. Once [DONE] was sent (a client that closes at [DONE]) the request
+        # is complete and recorded: nothing to abort, and not an error to log.
+        router.abort(t, "aborted")
+    except asyncio.CancelledError:
         router.abort(t, "aborted")
         raise
     return resp
 
 
 async def collect(t: Tracked, router, model) -> web.Response:
-    text, n, reason = _Text(model.tokenizer, t.req.stop), 0, None
+    text, n, reason = StreamText(model.tokenizer, t.req.stop), 0, None
     try:
         async for ev in _events(t):
             if ev[0] == "error":

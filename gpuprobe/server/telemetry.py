@@ -42,6 +42,15 @@ def request_record(run_id: str, host: str, model: str, layout: str, rid: str, *,
     }
 
 
+def rejected_record(run_id: str, host: str, model: str, rid: str, *, arrival_s: float,
+                    prompt_tokens: int | None, finish_s: float, status: str, error: str) -> dict:
+    """A `requests` row for a request refused before it ran (status http_<code>)."""
+    return {"run_id": run_id, "source": "server", "request_id": rid, "host": host,
+            "model": model, "arrival_s": arrival_s, "prompt_tokens": prompt_tokens,
+            "output_tokens": 0, "finish_s": finish_s, "e2e_s": finish_s - arrival_s,
+            "status": status, "error": error[:500], "token_times": []}
+
+
 class TelemetryWriter:
     """Owns a Store in a thread; add_request/add_step are cheap and thread-safe."""
 

@@ -24,6 +24,9 @@ def add_arguments(p) -> None:
     p.add_argument("--max-num-seqs", type=positive_int, default=64, help="sequences per batch (default 64)")
     p.add_argument("--max-queue", type=nonneg_int, default=256,
                    help="requests queued beyond --max-num-seqs before 429 (default 256)")
+    p.add_argument("--max-queue-wait", default="10s", metavar="DURATION",
+                   help="answer 429 when a new request's predicted wait for its first token is "
+                        "longer (0: no limit; default 10s)")
     p.add_argument("--kv-cache-mb", type=positive_int, default=256,
                    help="KV cache per worker, MiB (default 256)")
     p.add_argument("--cross-decode-addr", default=None, metavar="HOST:PORT",
@@ -45,9 +48,12 @@ def options_from_args(args):
         except ValueError as exc:
             raise UserError(f"--cross-decode-addr: {exc}") from None
     ring_mb()  # a malformed GPUPROBE_KV_RING_MB stops here, not in a layout switch later
+    from gpuprobe.units import parse_duration
+
     layout = LayoutConfig(args.layout, args.prefill_share, args.chunked_prefill_tokens)
     opts = ServeOptions(model=args.model, device=args.device, max_num_seqs=args.max_num_seqs,
                         max_queue=args.max_queue, kv_cache_mb=args.kv_cache_mb,
+                        max_queue_wait_s=parse_duration(args.max_queue_wait, "--max-queue-wait"),
                         cross_decode_addr=args.cross_decode_addr)
     return opts, layout
 

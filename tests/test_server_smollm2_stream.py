@@ -1,0 +1,158 @@
+"""SmolLM2-135M behind the reference server (its real byte-level BPE tokenizer): a streaming
+client that counts chunks sees one chunk per token, none empty, and its TTFT is the first
+token's; a 1 MB prompt, and a 400 KB one that must be tokenised, are refused without stalling
+/health or a stream in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+
+import aiohttp
+import pytest
+
+from gpuprobe.server.launch import start_server
+from gpuprobe.store import Store
+
+pytestmark = pytest.mark.timeout(300)
+MODEL = "smollm2-135m"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("smol")
+    srv = start_server(MODEL, "monolithic", store=str(tmp / "s.db"),
+                       log_path=str(tmp / "server.log"))
+    srv.store_path = tmp / "s.db"
+    try:
+        yield srv
+    finally:
+        assert srv.stop() == 0
+
+
+def _row(store_path, request_id: str, timeout_s: float = 20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with Store.open(store_path, read_only=True) as store:
+            reqs = store.requests(source="server")
+        hit = reqs[reqs.request_id == request_id]
+        if len(hit):
+            return hit.iloc[0]
+        time.sleep(0.2)
+    raise AssertionError(f"{request_id} not in the store")
+
+
+async def _stream(session, url: str, body: dict) -> dict:
+    """POST a stream; note each choice chunk's receive time and content."""
+    out = {"chunks": [], "times": [], "usage": None, "id": None}
+    out["sent"] = time.time()
+    async with session.post(url, json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        async for raw in resp.content:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            obj = json.loads(line[6:])
+            out["id"] = obj["id"]
+            if obj["choices"]:
+                out["chunks"].append(obj["choices"][0])
+                out["times"].append(time.time())
+            elif obj.get("usage"):
+                out["usage"] = obj["usage"]["completion_tokens"]
+    return out
+
+
+def test_streaming_chunks_equal_tokens_and_first_chunk_is_the_first_token(server):
+    body = {"model": MODEL, "stream": True, "max_tokens": 24, "temperature": 0,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+
+    async def go():
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=240)) as s:
+            return await _stream(s, server.url + "/v1/chat/completions", body)
+
+    r = asyncio.run(go())
+    row = _row(server.store_path, r["id"])
+    contents = [c["delta"].get("content") for c in r["chunks"]]
+    # English words: every token completes text, so one chunk per token, the stop token's
+    # chunk (if it stopped) carrying only finish_reason.
+    assert len(r["chunks"]) == r["usage"] == row.output_tokens, (contents, r["usage"])
+    assert all(c for c in contents[:-1]) and "Paris" in "".join(c or "" for c in contents)
+    assert contents[-1] is None or contents[-1] != ""  # never an empty content string
+    token_s = [row.arrival_s + t for t in json.loads(row.token_times)]
+    # The first chunk is the first token's: read after it was recorded, before the second.
+    assert token_s[0] <= r["times"][0] < token_s[1]
+    assert r["times"][0] - r["sent"] >= row.ttft_s
+
+
+def _overlapping(spans, windows):
+    return [(a, b) for a, b in spans if any(a < we and b > ws for ws, we in windows)]
+
+
+def test_large_prompts_do_not_stall_health_or_a_stream(server):
+    big = "The quick brown fox jumps over the lazy dog. " * 23_300  # 1 MB
+    tokenised = big[:400_000]  # under the byte bound (5824 tokens x 81 bytes): tokenised
+
+    async def go():
+        timeout = aiohttp.ClientTimeout(total=240)
+        async with aiohttp.ClientSession(timeout=timeout) as s, \
+                aiohttp.ClientSession(timeout=timeout) as probe:
+            stream = asyncio.ensure_future(_stream(s, server.url + "/v1/completions", {
+                "model": MODEL, "prompt": "Once upon a time", "max_tokens": 40,
+                "ignore_eos": True, "stream": True, "temperature": 0,
+                "stream_options": {"include_usage": True}}))
+            health, stop = [], False
+
+            async def poll():
+                while not stop:
+                    t0 = time.time()
+                    async with probe.get(server.url + "/health") as r:
+                        assert r.status == 200
+                    health.append((t0, time.time()))
+                    await asyncio.sleep(0.02)
+
+            poller = asyncio.ensure_future(poll())
+            while len(health) < 15:  # the baseline: /health with the stream running
+                await asyncio.sleep(0.02)
+            windows, answers = [], []
+            for path, payload in (
+                    ("/v1/chat/completions", {"messages": [{"role": "user", "content": big}]}),
+                    ("/v1/completions", {"prompt": big}),
+                    ("/v1/completions", {"prompt": tokenised})):
+                t0 = time.time()
+                async with s.post(server.url + path, json={"model": MODEL, **payload}) as r:
+                    answers.append((r.status, (await r.json())["error"]))
+                windows.append((t0, time.time()))
+                await asyncio.sleep(0.1)
+            stop = True
+            await poller
+            return await stream, health, windows, answers
+
+    r, health, windows, answers = asyncio.run(go())
+    assert [a[0] for a in answers] == [400, 400, 400], answers
+    assert [a[1]["param"] for a in answers] == ["messages", "prompt", "prompt"]
+    assert "bytes" in answers[0][1]["message"] and "bytes" in answers[1][1]["message"]
+    assert "prompt alone has" in answers[2][1]["message"]  # this one was tokenised
+    baseline = [b - a for a, b in health if a < windows[0][0]]
+    during = [b - a for a, b in _overlapping(health, windows)]
+    assert during, "no /health probe overlapped the large requests"
+    health_delay = max(during) - statistics.median(baseline)
+    assert health_delay < 0.1, (health_delay, during, baseline)
+    gaps = [(a, b) for a, b in zip(r["times"], r["times"][1:])]
+    stream_gaps_during = [b - a for a, b in _overlapping(gaps, windows)]
+    usual_gap = statistics.median(b - a for a, b in gaps)
+    assert r["usage"] == 40 and all(c["text"] for c in r["chunks"][:-1])
+    stream_delay = max(stream_gaps_during, default=usual_gap) - usual_gap
+    assert stream_delay < 0.1, (stream_delay, stream_gaps_during, usual_gap)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with Store.open(server.store_path, read_only=True) as store:
+            reqs = store.requests(source="server")
+        if (reqs.status == "http_400").sum() >= 3:
+            break
+        time.sleep(0.3)
+    refused = reqs[reqs.status == "http_400"]
+    # Refusals are in the store, as the tap records them.
+    assert len(refused) == 3 and refused.error.str.contains("maximum context length").all()
