@@ -150,11 +150,13 @@ def alerts(store, tbt_slo_s: float | None = None, window_s: float = 300.0) -> li
 
 
 def slo_tbt_s(rec: dict | None) -> float | None:
-    """The TBT target (s) a recommendation was made for, whatever its SLO's key (tbt_s,
-    tbt_p99_s, ...)."""
+    """The TBT target (s) a recommendation was made for: its SLO's `tbt_s` (or another
+    `tbt..._s` key), never a percentile such as `tbt_pct`."""
     slo = (rec or {}).get("slo") or {}
-    for k, v in slo.items():
-        if k.startswith("tbt") and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+    keys = ["tbt_s"] + [k for k in slo if k.startswith("tbt") and k.endswith("_s") and k != "tbt_s"]
+    for k in keys:
+        v = slo.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
             return float(v)
     return None
 

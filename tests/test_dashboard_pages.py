@@ -167,11 +167,20 @@ def test_recommend_ranks_candidates_and_lists_reasons_plans_and_log(filled, monk
     assert list(cands["layout"]) == ["intra", "monolithic", "cross"]
     assert list(cands["rank"]) == [1, 2, 3]
     assert "prompt:output ratio 5.2" in texts(at.markdown)
-    assert [t.label for t in at.tabs] == ["vllm", "gpuprobe"]
-    code = texts(at.code)
-    assert "--enable-chunked-prefill" in code and '"prefill_share": 0.7' in code
+    assert [t.label for t in at.tabs] == ["vllm"]  # the plans stored with it
+    assert "--enable-chunked-prefill" in texts(at.code)
     log = at.dataframe[1].value
     assert list(log["chosen_layout"]) == ["intra"] and list(log["action"]) == ["switch"]
+
+
+def test_recommend_without_stored_plans_builds_each_engines(tmp_path, monkeypatch):
+    with Store.open(tmp_path / "p.db") as store:
+        store.insert_recommendation({"workload": "w", "layout": "intra", "prefill_share": 0.7,
+                                     "params": {"prefill_share": 0.7}})
+    at = page("recommend", tmp_path / "p.db", monkeypatch)
+    assert [t.label for t in at.tabs] == ["vllm", "sglang", "dynamo", "gpuprobe"]
+    assert "/admin/layout" in texts(at.code) and "MODEL" in texts(at.code)
+    assert "names no model" in texts(at.info)
 
 
 def test_apply_to_an_unreachable_server_changes_nothing(filled, monkeypatch):
@@ -180,7 +189,7 @@ def test_apply_to_an_unreachable_server_changes_nothing(filled, monkeypatch):
     at.text_input[1].set_value("secret")
     at.checkbox[0].check()
     at.button[0].click().run()
-    assert "Not applied: cannot reach http://127.0.0.1:9/admin/layout" in texts(at.error)
+    assert "Not applied: cannot reach http://127.0.0.1:9" in texts(at.error)
     with Store.open(filled, read_only=True) as store:
         assert store.recommendation(1)["applied_s"] is None
 

@@ -14,7 +14,7 @@ from dashboard_fill import NUM_REQUESTS, SPAN_S, T0, fill
 from gpuprobe.collectors import config
 from gpuprobe.collectors.agent import Agent
 from gpuprobe.dashboard import queries
-from gpuprobe.dashboard.apply import ApplyError, layout_body, post_layout
+from gpuprobe.dashboard.apply import ApplyError, apply
 from gpuprobe.store import Sample, Store
 from gpuprobe.store.reads import data_version, request_buckets, request_span, sample_span
 
@@ -73,19 +73,14 @@ def test_agent_stores_dropped_samples_as_events(tmp_path):
     assert "locked" in events["message"].iloc[0]
 
 
-def test_layout_body_keeps_only_what_the_reference_server_takes():
-    rec = {"id": 4, "layout": "cross", "prefill_share": None,
-           "params": {"num_prefill": 2, "num_decode": 6, "chunked_prefill_tokens": 512}}
-    assert layout_body(rec) == {"layout": "cross", "reason": "dashboard: recommendation 4",
-                                "chunked_prefill_tokens": 512}
-    rec = {"id": 5, "layout": "intra", "prefill_share": 0.7, "params": {}}
-    assert layout_body(rec)["prefill_share"] == 0.7
-    assert "prefill_share" not in layout_body({"id": 6, "layout": "monolithic", "prefill_share": 0.5})
-
-
-def test_apply_to_a_closed_port_is_one_line():
-    with pytest.raises(ApplyError, match=r"cannot reach http://127.0.0.1:9/admin/layout"):
-        post_layout("http://127.0.0.1:9", "t", {"layout": "intra"}, timeout_s=5)
+def test_apply_to_a_closed_port_is_one_line_and_marks_nothing(tmp_path):
+    fill(tmp_path / "s.db").close()
+    with pytest.raises(ApplyError, match=r"cannot reach http://127.0.0.1:9"):
+        apply(str(tmp_path / "s.db"), 1, "http://127.0.0.1:9", "t")
+    with pytest.raises(ApplyError, match="give the server's URL"):
+        apply(str(tmp_path / "s.db"), 1, "127.0.0.1:8000", "t")
+    with Store.open(tmp_path / "s.db", read_only=True) as store:
+        assert store.recommendation(1)["applied_s"] is None
 
 
 def gpuprobe(*args) -> subprocess.CompletedProcess:

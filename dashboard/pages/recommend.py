@@ -55,7 +55,7 @@ else:
         st.info("This recommendation stored no reasons.")
 
     st.subheader("Plans")
-    plans, why = plans_cached(store_path(), rec)
+    plans, why = plans_cached(rec)
     if why:
         st.info(why)
     for tab, (engine, text) in zip(st.tabs(list(plans)) if plans else [], plans.items()):
@@ -75,7 +75,7 @@ else:
         else:
             try:
                 with st.spinner(f"switching {target} to {rec['layout']} ..."):
-                    result = apply(store_path(), rec, target, token)
+                    result = apply(store_path(), rec["id"], target, token)
             except ApplyError as exc:
                 st.error(f"Not applied: {exc}. Nothing was changed.")
             else:
@@ -85,11 +85,12 @@ else:
     done = st.session_state.get("applied")
     if done and done[0] == rec["id"]:
         _, where, result = done
-        lay = result["layout"]
-        st.success(f"Applied: {where} now runs **{lay.get('layout')}**"
-                   + (f" (prefill share {lay['prefill_share']})" if lay.get("prefill_share") else ""))
+        st.success(f"Applied: {where} now runs **{result.get('layout')}**"
+                   + (f" (prefill share {result['prefill_share']})" if result.get("prefill_share") else ""))
+        for note in result.get("kept") or []:
+            st.info(f"Not changed by a live switch: {note}")
         with st.expander("the server's answer"):
-            st.json(result["switch"])
+            st.json(result.get("switch") or {})
 
 st.subheader("Autopilot audit log")
 dec = cached("decisions")
