@@ -30,7 +30,8 @@ if span is not None:  # the last hour at a glance; the same reads as the Live pa
                        "traces": [{"name": "arrivals", "ts_s": req["ts_s"], "value": req["requests_per_s"]}]})
     if panels:
         fig = live_figure(panels, cached("layout_switches", start, end), (start, end))
-        fig.update_layout(height=140 + 150 * len(panels), title={"text": "The last hour", "x": 0, "y": 0.99})
+        fig.update_layout(height=140 + 150 * len(panels))
+        st.markdown("**The last hour** (more on the Live page)")
         st.plotly_chart(fig, key="glance", width="stretch", theme=None)
 
 st.subheader("Alerts")
@@ -68,7 +69,10 @@ st.subheader("Serving")
 if o["engines"]:
     st.write("Engines scraped by the agent: " + ", ".join(f"`{e}`" for e in o["engines"]))
 if len(o["serve_runs"]):
-    st.dataframe(o["serve_runs"], hide_index=True)
+    runs = o["serve_runs"].copy()
+    for col in ("started_s", "ended_s"):  # epoch seconds as UTC times a person reads
+        runs[col] = runs[col].map(lambda t: "" if t is None or t != t else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)))
+    st.dataframe(runs.rename(columns={"started_s": "started (UTC)", "ended_s": "ended (UTC)"}), hide_index=True)
 if not o["engines"] and not len(o["serve_runs"]):
     missing("No serving engine seen.", "gpuprobe serve --model tiny --store STORE  (or gpuprobe agent --scrape URL)")
 st.caption("Rows: " + ", ".join(f"{k} {v:,}" for k, v in o["counts"].items()))
