@@ -20,6 +20,7 @@ import pytest
 from dashboard_fill import fill
 from gpuprobe.server.kv_transfer import free_port
 from gpuprobe.server.launch import start_server
+from gpuprobe.store import Store
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -96,7 +97,7 @@ def test_every_page_in_chromium_and_apply_switches_the_server(tmp_path):
     # The browser works in a thread while this one starts the server (torch, a worker: the
     # slow part); the server must be started here, as it dies with the thread that started it.
     server_url, failures = queue.Queue(), []
-    browsing = threading.Thread(target=browse, args=(base, dash, shots, server_url, failures))
+    browsing = threading.Thread(target=browse, args=(base, dash, shots, server_url, failures, store))
     browsing.start()
     try:
         # a small KV cache and no shared ring: the workers start (and Apply's switch ends) sooner
@@ -117,7 +118,7 @@ def test_every_page_in_chromium_and_apply_switches_the_server(tmp_path):
                                                             "live-after-apply.png"])
 
 
-def browse(base: str, dash, shots: Path, server_url: queue.Queue, failures: list) -> None:
+def browse(base: str, dash, shots: Path, server_url: queue.Queue, failures: list, store: Path) -> None:
     try:
         wait_healthy(base, dash)
         with sync_api.sync_playwright() as pw:
@@ -133,6 +134,11 @@ def browse(base: str, dash, shots: Path, server_url: queue.Queue, failures: list
             page.wait_for_function(SWITCHES_ON_EVERY_PANEL, arg=2, timeout=30_000)
             page.get_by_text("monolithic -> intra").first.wait_for(timeout=5_000)
             page.screenshot(path=str(shots / "live-after-apply.png"))
+            # new data reaches an open Live page by itself (it redraws every few seconds)
+            with Store.open(store) as s:
+                s.insert_layout_events([{"ts_s": time.time(), "from_layout": "intra", "to_layout": "cross",
+                                         "actor": "test"}])
+            page.get_by_text("intra -> cross").first.wait_for(timeout=20_000)
             browser.close()
     except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
         failures.append(exc)
