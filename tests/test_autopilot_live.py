@@ -14,6 +14,7 @@ forecast, and the forecaster's fit on seconds of history would only add noise he
 """
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -68,7 +69,9 @@ def server(tmp_path_factory):
 
 
 def _shift_workload(seed=1):
-    return synthesize(RATE, DURATION, LENGTHS, mix_shift=("decode-heavy", "prefill-heavy"),
+    # 14 s after the shift: a crowded machine's server finishes requests late and in bursts,
+    # and the dwell needs two clean windows in a row among them
+    return synthesize(RATE, SHIFT + 14.0, LENGTHS, mix_shift=("decode-heavy", "prefill-heavy"),
                       shift_at_s=SHIFT, seed=seed)
 
 
@@ -101,11 +104,14 @@ def _drive(server, profile, wl, policy, dry_run=False, token=TOKEN):
     return decisions, events, out["r"], rows, lines
 
 
-def _shift_seen(rows) -> float:
-    """When the shift could first be seen in the store: the first prefill-heavy request's
-    finish (the server writes a row when a request ends; on an idle machine that is a few
-    hundred ms after it arrived, on a crowded one it can be tens of seconds)."""
-    return float(rows[rows.prompt_tokens == 1000].finish_s.min())
+def _decisions_after_shift(dec, action: str) -> int:
+    """How many decisions the switch came after the first one whose window held a
+    prefill-heavy request (1 = the next decision). Counted in decisions, not seconds: on a
+    crowded machine a decision can take seconds itself, and the server finishes requests late
+    and in bursts."""
+    seen = [json.loads(f).get("prefill_tokens_per_s", 0) >= 1000 / WINDOW for f in dec.forecast]
+    first = seen.index(True)
+    return int(list(dec.action).index(action)) - first
 
 
 def _reset(server):
@@ -129,8 +135,9 @@ def test_dry_run_logs_the_decision_and_switches_nothing(server, profile):
     would = dec[dec.action == "would-switch"]
     assert list(would.chosen_layout) == ["intra@0.5"], "\n".join(lines)
     assert not (dec.action == "switch").any()
-    lag = float(would.ts_s.iloc[0]) - _shift_seen(rows)
-    assert -INTERVAL < lag <= WINDOW + 2 * INTERVAL + 1.0, (lag, "\n".join(lines))
+    # the lead shows in one decision, the dwell wants a second; one spare for a window that
+    # holds both mixes
+    assert 0 < _decisions_after_shift(dec, "would-switch") <= 3, "\n".join(lines)
     assert Target(server.url, TOKEN).layout()["layout"] == "monolithic"
 
 
@@ -171,8 +178,7 @@ def test_switches_once_after_the_shift_and_no_request_fails(server, profile):
         ("monolithic", "intra", "ok")], log
     switched = dec[dec.action == "switch"]
     assert len(switched) == 1 and switched.chosen_layout.iloc[0] == "intra@0.5", log
-    lag = float(switched.ts_s.iloc[0]) - _shift_seen(rows)
-    assert -INTERVAL < lag <= WINDOW + 2 * INTERVAL + 1.0, (lag, log)
+    assert 0 < _decisions_after_shift(dec, "switch") <= 3, log
     after = dec[dec.ts_s > switched.ts_s.iloc[0]]
     assert (after.action == "hold").all() and (after.current_layout == "intra@0.5").all(), log
     # every decision but the last has its outcome: the next interval, measured
