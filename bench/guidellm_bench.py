@@ -7,7 +7,8 @@ GGUF the server loads, so nothing is fetched from the Hugging Face Hub (HF_HUB_O
 Each run: constant rate, synthetic prompts of --prompt-tokens, --output-tokens forced
 (guidellm sends max_tokens + ignore_eos), chat completions, streaming.
 
-Printed per run: requests (ok / refused), TTFT p50/p90 and ITL (guidellm's per-request
+Printed per run: requests (ok / refused (guidellm: errored) / incomplete (guidellm: cut off
+when the run ended; store: aborted or disconnected)), TTFT p50/p90 and ITL (guidellm's per-request
 (last - first token) / (tokens - 1)) p50, from guidellm's report and from the store's rows
 of the same window (source "server", and "tap" for the tapped run), with the ratio
 store / guidellm.
@@ -98,6 +99,7 @@ def guidellm_figures(report: pathlib.Path) -> dict:
     totals = (m.get("request_totals") or {})
     ttft, itl = _summary(m["time_to_first_token_ms"]), _summary(m["inter_token_latency_ms"])
     return {"ok": totals.get("successful"), "refused": totals.get("errored"),
+            "incomplete": totals.get("incomplete"),
             "ttft_p50_ms": ttft["p50"], "ttft_p90_ms": ttft["p90"], "itl_p50_ms": itl["p50"]}
 
 
@@ -114,7 +116,9 @@ def store_figures(store_path, source: str, t0: float, t1: float) -> dict:
         if len(t) > 1:
             itl.append((t[-1] - t[0]) / (len(t) - 1))
     ttft = ok.ttft_s.dropna().to_numpy() * 1e3
-    return {"ok": len(ok), "refused": int(rows.status.str.startswith("http_").sum()),
+    refused = rows.status.str.startswith("http_")
+    return {"ok": len(ok), "refused": int(refused.sum()),
+            "incomplete": int((~refused & (rows.status != "ok")).sum()),
             "ttft_p50_ms": float(np.median(ttft)) if len(ttft) else None,
             "ttft_p90_ms": float(np.percentile(ttft, 90)) if len(ttft) else None,
             "itl_p50_ms": float(np.median(itl)) * 1e3 if itl else None}
@@ -125,7 +129,7 @@ def print_table(title: str, columns: dict[str, dict]) -> None:
     print(f"\n{title}")
     print(f"{'':14}" + "".join(f"{n:>14}" for n in names)
           + "".join(f"{n + '/guidellm':>18}" for n in names[1:]))
-    for key in ("ok", "refused", "ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms"):
+    for key in ("ok", "refused", "incomplete", "ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms"):
         vals = [columns[n].get(key) for n in names]
         cells = "".join(f"{v:>14.1f}" if isinstance(v, float) else f"{str(v):>14}" for v in vals)
         base = vals[0]
