@@ -52,43 +52,34 @@ def change_points(seconds) -> str:
     return f"change points at {', '.join(str(round(x)) for x in seconds[:6])} s"
 
 
-SLO = (2.0, 0.1)  # TTFT s, per-request mean TBT s
-CANDIDATES = [("monolithic", None), ("intra", 0.5), ("intra", 0.7), ("intra", 0.9), ("cross", None)]
+DEVICES = 2  # enough for cross 1P1D beside the one-device layouts
 
 
 def stage_predict(store, out_dir: Path) -> None:
-    from gpuprobe.engine.scheduler import SchedulerConfig
-    from gpuprobe.perf.metrics import Slo
+    from gpuprobe.decide.recommend import recommend
+    from gpuprobe.decide.slo import SLO_PRESETS
     from gpuprobe.perf.roofline import roofline_profile
-    from gpuprobe.perf.sim_layouts import LayoutConfig
-    from gpuprobe.perf.simulator import simulate
 
-    t = _stage(f"predict each layout on one H200 (cross: two), Llama-3-8B shapes, SLO TTFT <= {SLO[0]} s, "
-               f"TBT <= {SLO[1] * 1000:.0f} ms")
-    kw = dict(max_num_seqs=256, num_blocks=40_000, max_num_batched_tokens=8192)
-    config = LayoutConfig(*(SchedulerConfig(role=r, **kw) for r in ("mixed", "prefill", "decode")))
+    slo = SLO_PRESETS["chat"]
+    t = _stage(f"predict each layout on H200s (Llama-3-8B shapes, roofline): goodput per GPU within the "
+               f"chat SLO (TTFT <= {slo.ttft_s:g} s, TBT <= {slo.tbt_s * 1000:.0f} ms, {slo.attain:.0%} of "
+               f"requests); the same search and ranking as `gpuprobe recommend --devices {DEVICES}`")
+    profile = roofline_profile("llama3-8b", "h200")
     rows = []
     for name in TRACES:
-        wl = store.workload(name)
-        for layout, share in CANDIDATES:
-            profile = roofline_profile("llama3-8b", "h200", prefill_share=share or 0.5)
-            s = simulate(wl, profile, layout, Slo(*SLO), config).summary
-            label = layout if share is None else f"intra {share:.0%} prefill"
-            rows.append({"workload": name, "layout": label, **{k: s[k] for k in (
-                "ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "slo_attainment", "goodput_rps_per_device")}})
+        rec = recommend(store.workload(name), profile, slo, devices=DEVICES, workload_name=name)
+        _say(f"  {name}: {rec['decision']}")
+        for i, r in enumerate(rec["candidates"]):
+            a = r["at_goodput"]
+            rows.append({"workload": name, "layout": r["label"], "goodput": r["max_goodput_rps_per_device"],
+                         **{k: a.get(k) for k in ("ttft_p99_s", "tbt_p99_s", "slo_attainment")}})
+            mark = "  <- best per GPU" if i == 0 else ""
+            _say(f"    {r['label']:<26} goodput {r['max_goodput_rps_per_device']:6.2f} req/s/GPU   at it: TTFT p99 "
+                 f"{a.get('ttft_p99_s') or float('nan'):7.3f} s   TBT p99 {(a.get('tbt_p99_s') or float('nan')) * 1000:7.1f} ms"
+                 f"{mark}")
     import pandas as pd
-    table = pd.DataFrame(rows)
-    for name, part in table.groupby("workload", sort=False):
-        # Best for the hardware bill: requests meeting the SLO per second per GPU (cross uses two).
-        best = part.sort_values(["goodput_rps_per_device", "slo_attainment"], ascending=False).iloc[0]
-        _say(f"  {name}:")
-        for r in part.itertuples():
-            mark = "  <- best per GPU" if r.layout == best.layout else ""
-            _say(f"    {r.layout:<20} TTFT p50/p99 {r.ttft_p50_s:7.3f} / {r.ttft_p99_s:7.3f} s   TBT p50/p99 "
-                 f"{r.tbt_p50_s * 1000:6.1f} / {r.tbt_p99_s * 1000:7.1f} ms   SLO met {r.slo_attainment:6.1%}   "
-                 f"goodput {r.goodput_rps_per_device:5.2f} req/s/GPU{mark}")
     html = out_dir / "layouts.html"
-    _plot(table, html)
+    _plot(pd.DataFrame(rows), html)
     _say(f"  plot: {html}  ({time.perf_counter() - t:.1f} s)")
 
 
@@ -96,10 +87,11 @@ def _plot(table, path: Path) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("SLO attainment", "TTFT p99 (s)", "TBT p99 (ms)"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("goodput (req/s per GPU)", "TTFT p99 at it (s)",
+                                                         "TBT p99 at it (ms)"))
     colors = ("#3b6fb6", "#e07b39", "#4c9a5a")
     for i, (name, part) in enumerate(table.groupby("workload", sort=False)):
-        for col, (metric, scale) in enumerate([("slo_attainment", 1), ("ttft_p99_s", 1), ("tbt_p99_s", 1000)], 1):
+        for col, (metric, scale) in enumerate([("goodput", 1), ("ttft_p99_s", 1), ("tbt_p99_s", 1000)], 1):
             fig.add_trace(go.Bar(name=name, x=part["layout"], y=part[metric] * scale, legendgroup=name,
                                  marker_color=colors[i % len(colors)], showlegend=col == 1), row=1, col=col)
     fig.update_yaxes(type="log", row=1, col=2)  # latencies span three orders of magnitude

@@ -75,7 +75,7 @@ def _wait_for(fn, what: str, timeout_s: float = 40.0):
 
 
 @needs_prometheus
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(300)
 def test_fleet_through_prometheus(tmp_path):
     with start_server("tiny", "monolithic", store=str(tmp_path / "serve.db")) as srv:
         agents = [AgentThread(tmp_path / f"a{i}.db", f"node{i}", srv.url + "/metrics", gpus)
@@ -93,13 +93,16 @@ def test_fleet_through_prometheus(tmp_path):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             src = PrometheusSource(f"http://127.0.0.1:{port}", min_step_s=1.0)
-            t0 = time.time()
             _wait_for(lambda: len(src.api.query("count by (hostname) (gpuprobe_host_cpu_util_pct)")) == 3, "3 hosts")
             # 40-token prompts, 8 tokens out: 5 : 1. The server's counters appear with the first
-            # request; a rate needs a scrape of them before the rest.
+            # request; the range starts after Prometheus has it whole, so that every token counted
+            # in the range is one of the six requests'.
             request = {"model": "tiny", "prompt": list(range(5, 45)), "max_tokens": 8, "ignore_eos": True}
             _post(srv.url + "/v1/completions", request)
-            _wait_for(lambda: src.api.query("vllm:generation_tokens_total"), "the engine's counters")
+            _wait_for(lambda: [v for _, v in src.api.query("sum(vllm:generation_tokens_total)")] == [8],
+                      "the engine's counters")
+            t0 = time.time()
+            time.sleep(1.5)
             for _ in range(6):
                 _post(srv.url + "/v1/completions", request)
                 time.sleep(0.5)
@@ -133,16 +136,39 @@ def test_fleet_through_prometheus(tmp_path):
             by_model = fleet_hosts(src, t0, t1, by="model")
             assert set(by_model.group) == {"tiny"}
 
-            # The mix from the engine's counters: the 5 : 1 prompt:output ratio.
+            # The mix from the engine's counters: the 5 : 1 prompt:output ratio, exact over one
+            # bucket (both counters come from the same scrapes), near it over 5 s buckets (a
+            # request's prompt and output tokens can land in neighbouring buckets).
+            whole = bucket_mix(src.api, t0, t1, t1 - t0)
+            assert len(whole) == 1
+            assert whole.prefill_tokens_per_s[0] / whole.decode_tokens_per_s[0] == pytest.approx(5.0, rel=0.01)
             mix = bucket_mix(src.api, t0, t1, 5.0)
-            ratio = mix.prefill_tokens_per_s.sum() / mix.decode_tokens_per_s.sum()
-            assert ratio == pytest.approx(5.0, rel=0.05)
+            assert mix.prefill_tokens_per_s.sum() / mix.decode_tokens_per_s.sum() == pytest.approx(5.0, rel=0.25)
             out = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "analyze", "--source",
-                                  f"prometheus=http://127.0.0.1:{port}", "--since", f"{t0:.0f}", "--until",
-                                  f"{t1:.0f}", "--bucket", "5s", "--json"], capture_output=True, text=True)
+                                  f"prometheus=http://127.0.0.1:{port}", "--since", f"{t0:.3f}", "--until",
+                                  f"{t1:.3f}", "--bucket", "5s", "--json"], capture_output=True, text=True)
             assert out.returncode == 0, out.stderr
             body = json.loads(out.stdout)
-            assert body["prompt_output_ratio"] == pytest.approx(5.0, rel=0.05) and body["buckets"]
+            assert body["prompt_output_ratio"] == pytest.approx(5.0, rel=0.25) and body["buckets"]
+
+            # A recommendation per group, and recommend on a group's rates, from the same figures.
+            from gpuprobe.perf.roofline import roofline_profile
+            (tmp_path / "h200.json").write_text(json.dumps(roofline_profile("llama3-8b", "h200").to_dict()))
+            common = ["--source", f"prometheus=http://127.0.0.1:{port}", "--since", f"{t0:.3f}",
+                      "--until", f"{t1:.3f}", "--profile", str(tmp_path / "h200.json"), "--json"]
+            out = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "--store", str(tmp_path / "r.db"),
+                                  "fleet", "--by", "host_group", *common], capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            recs = {g["group"]: g["recommendation"] for g in json.loads(out.stdout)["groups"]}
+            assert recs["chat"]["devices_per_host"] == 2 and recs["code"]["devices_per_host"] == 1
+            assert all(r["layout"] in ("monolithic", "intra", "cross") for r in recs.values()), recs
+            assert recs["chat"]["lengths"] == "bucket means (the engine exports no length histograms)" \
+                or recs["chat"]["lengths"] == "engine histograms"
+            out = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "--store", str(tmp_path / "r.db"),
+                                  "recommend", "--group", "host_group=code", *common], capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            rec = json.loads(out.stdout)
+            assert rec["layout"] in ("monolithic", "intra", "cross") and rec["workload"]["name"].startswith("prometheus=")
 
             # The shipped recording rules evaluate on these series.
             rec = _wait_for(lambda: src.api.query("hostname:gpuprobe_gpu_sm_util_pct:avg"), "recording rules")

@@ -21,6 +21,7 @@ from gpuprobe.engine.scheduler import Scheduler, SchedulerConfig
 from gpuprobe.engine.sequence import SamplingParams, Sequence
 from gpuprobe.perf import sim_engine
 from gpuprobe.perf.costmodel import Link, Overhead, Profile, simple_worker
+from gpuprobe.perf.metrics import Slo
 from gpuprobe.perf.sim_layouts import LayoutConfig
 from gpuprobe.perf.simulator import simulate
 
@@ -59,7 +60,8 @@ def _trace(n: int = 300, seed: int = 11) -> pd.DataFrame:
 
 
 def _run(case: str, layout: str, attention: str = "paged"):
-    return simulate(_trace(), _profile(attention), layout, config=CASES[case])
+    # the SLO the baseline was recorded under (the default before the chat preset became it)
+    return simulate(_trace(), _profile(attention), layout, slo=Slo(2.0, 0.2), config=CASES[case])
 
 
 @pytest.fixture(scope="module")

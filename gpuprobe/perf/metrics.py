@@ -9,7 +9,14 @@ Definitions (all seconds):
   request meets the TBT part). The mean, not the request's p99, because a 10-token request's
   p99 is its single worst gap, too noisy to compare measured with predicted.
 - throughput_tok_s: output tokens of completed requests / (last token - first arrival).
-- goodput_rps_per_device: requests meeting the SLO per second per device (cross uses 2).
+- offered_goodput_rps_per_device: requests meeting the SLO per second per device at the rate
+  the workload was offered (cross 1P1D uses 2 devices). It saturates at the offered rate, so
+  it cannot rank layouts that all keep up; the searched figure, the highest rate per device
+  at which the SLO is still met (DistServe's goodput), is gpuprobe.decide's
+  max_goodput_rps_per_device.
+- An SLO is met at a rate when slo_attainment >= Slo.attain and, where the SLO names a
+  percentile (ttft_pct, tbt_pct), that percentile of TTFT over requests (of the pooled TBT
+  gaps) is within its target too (meets_slo).
 """
 from __future__ import annotations
 
@@ -23,13 +30,58 @@ AGG_METRICS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tbt_p50_s", "tbt_p90_s
                "tbt_p99_s", "throughput_tok_s")
 
 
+PERCENTILES = (50, 90, 99)  # the percentiles summarize() reports, so the ones an SLO may name
+
+
 @dataclass(frozen=True)
 class Slo:
+    """Latency targets (seconds) and the share of requests that must meet them.
+
+    One set of defaults for simulate, validate's tables and recommend: the `chat` preset
+    (gpuprobe.decide.slo, docs/decide.md "SLO presets"). ttft_pct / tbt_pct: also require
+    that percentile of TTFT (over requests) / of the pooled TBT gaps to be within target;
+    None: only the attainment counts (DistServe's definition)."""
+
     ttft_s: float = 2.0
-    tbt_s: float = 0.2
+    tbt_s: float = 0.1
+    attain: float = 0.9
+    ttft_pct: int | None = None
+    tbt_pct: int | None = None
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        if not (self.ttft_s > 0 and self.tbt_s > 0):
+            raise ValueError("SLO targets must be > 0 s")
+        if not 0 < self.attain <= 1:
+            raise ValueError(f"SLO attainment target must be in (0, 1], got {self.attain}")
+        for pct in (self.ttft_pct, self.tbt_pct):
+            if pct is not None and pct not in PERCENTILES:
+                raise ValueError(f"SLO percentile must be one of {PERCENTILES}, got {pct}")
 
     def to_dict(self) -> dict:
-        return {"ttft_s": self.ttft_s, "tbt_s": self.tbt_s, "tbt_stat": "per-request mean (TPOT)"}
+        return {"name": self.name, "ttft_s": self.ttft_s, "tbt_s": self.tbt_s,
+                "attain": self.attain, "ttft_pct": self.ttft_pct, "tbt_pct": self.tbt_pct,
+                "tbt_stat": "per-request mean (TPOT)"}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Slo":
+        return cls(float(d["ttft_s"]), float(d["tbt_s"]), float(d.get("attain", 0.9)),
+                   d.get("ttft_pct"), d.get("tbt_pct"), str(d.get("name", "custom")))
+
+
+def meets_slo(summary: dict, slo: Slo) -> bool:
+    """Whether a summarize() result meets `slo`: attainment at least slo.attain and the named
+    percentiles within their targets (a NaN percentile, nothing completed, does not)."""
+    if float(summary.get("slo_attainment", 0.0)) < slo.attain - 1e-12:
+        return False
+    for pct, key, target in ((slo.ttft_pct, "ttft", slo.ttft_s), (slo.tbt_pct, "tbt", slo.tbt_s)):
+        if pct is not None:
+            v = summary.get(f"{key}_p{pct}_s", float("nan"))
+            if key == "tbt" and v != v and summary.get("num_completed"):
+                continue  # one-token outputs only: no gap to judge, as per request
+            if not v <= target:
+                return False
+    return True
 
 
 def per_request(arrival_s, first_s, last_s, num_tokens) -> pd.DataFrame:
@@ -105,7 +157,7 @@ def summarize(req: pd.DataFrame, tbt: dict, slo: Slo, devices: int = 1) -> dict:
     out: dict = {"num_requests": int(len(req)), "num_completed": int(len(ok))}
     if len(ok) == 0:
         return {**out, **{m: float("nan") for m in AGG_METRICS}, "slo_attainment": 0.0,
-                "goodput_rps_per_device": 0.0}
+                "offered_goodput_rps_per_device": 0.0}
     ttft = ok["ttft_s"].to_numpy()
     out["ttft_p50_s"], out["ttft_p90_s"], out["ttft_p99_s"] = np.percentile(ttft, [50, 90, 99])
     out.update(tbt)
@@ -115,7 +167,7 @@ def summarize(req: pd.DataFrame, tbt: dict, slo: Slo, devices: int = 1) -> dict:
     tbt_ok = ok["tbt_mean_s"].isna() | (ok["tbt_mean_s"] <= slo.tbt_s)
     meets = (ok["ttft_s"] <= slo.ttft_s) & tbt_ok
     out["slo_attainment"] = float(meets.sum() / len(req))
-    out["goodput_rps_per_device"] = float(meets.sum() / span / devices) if span > 0 else 0.0
+    out["offered_goodput_rps_per_device"] = float(meets.sum() / span / devices) if span > 0 else 0.0
     return {k: (float(v) if isinstance(v, (np.floating, float)) else v) for k, v in out.items()}
 
 

@@ -6,6 +6,10 @@ link, times a seeded draw from its spread). Tokens leave, and handoffs start, at
 a step's forward pass, before the loop's overhead that the step time holds. The prefill
 worker never waits on the decode worker (it exports and frees the KV), so the prefill
 worker is simulated first and its output times become the decode worker's inputs.
+cross as xPyD (LayoutConfig.num_prefill, num_decode): requests go round-robin in arrival
+order to the x prefill workers, and handed-off requests round-robin in handoff order to the y
+decode workers (a router that knows no load, as the simple disaggregation proxies do); with
+one of each it is the 1P1D layout, bit for bit.
 """
 from __future__ import annotations
 
@@ -29,6 +33,15 @@ class LayoutConfig:
     mixed: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(role="mixed"))
     prefill: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(role="prefill"))
     decode: SchedulerConfig = field(default_factory=lambda: SchedulerConfig(role="decode"))
+    num_prefill: int = 1  # cross only: x prefill workers (one device each)
+    num_decode: int = 1   # cross only: y decode workers
+
+
+def num_devices(layout: str, config: LayoutConfig | None = None) -> int:
+    """Devices one unit of `layout` takes: cross xPyD takes x + y, the others one."""
+    if layout == "cross" and config is not None:
+        return config.num_prefill + config.num_decode
+    return DEVICES[layout]
 
 
 @dataclass
@@ -83,28 +96,36 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
         first_eng, dec = eng, eng
         stats = _stats(eng, "monolithic")
     else:
+        x, y = (config.num_prefill, config.num_decode) if layout == "cross" else (1, 1)
         pre_cost = profile.worker(layout, "prefill")
-        pre = SimEngine(config.prefill, pre_cost, rng(0))
-        pre.run(ready_s, seqs, arrival_s.tolist())
+        pres = [SimEngine(config.prefill, pre_cost, rng(0) if j == 0 else _rng_j(seed, 0, j))
+                for j in range(x)]
+        arrivals = arrival_s.tolist()
+        for j, pre in enumerate(pres):
+            pre.run(ready_s[j::x], seqs[j::x], arrivals[j::x])
+        prefilled = [q for pre in pres for q in pre.prefilled]
+        prefilled_s = np.concatenate([np_view(pre.prefilled_s) for pre in pres])
         link, kvb = profile.link(layout), profile.kv_bytes_per_token
-        tokens = np.fromiter((s.num_computed_tokens for s in pre.prefilled), np.int64,
-                             len(pre.prefilled))
+        tokens = np.fromiter((s.num_computed_tokens for s in prefilled), np.int64, len(prefilled))
         # Link.seconds(), vectorized: the same operations as on Python numbers; each handoff
         # times a seeded draw from the link's spread, where it has one.
         moved_s = link.latency_s + kvb * tokens / link.bytes_per_s
         if link.spread and seed is not None:
             draws = rng(2).integers(0, len(link.spread), len(tokens))
             moved_s = moved_s * np.asarray(link.spread)[draws]
-        handed_s = np_view(pre.prefilled_s) - _emit_lag(pre_cost) + moved_s
+        handed_s = prefilled_s - _emit_lag(pre_cost) + moved_s
         order = np.argsort(handed_s, kind="stable").tolist()  # ties keep prefill order
         dec_cost = profile.worker(layout, "decode")
-        dec = SimEngine(config.decode, dec_cost, rng(1))
         events = None
         if dec_cost.decode_event_noise and seed is not None:  # the front's bursts (front_events)
-            events = np.sort(np.r_[arrival_s, np_view(pre.prefilled_s) - _emit_lag(pre_cost)])
-        dec.run(handed_s[order].tolist(), [pre.prefilled[k] for k in order], events_s=events)
-        first_eng = pre
-        stats = {**_stats(pre, "prefill"), **_stats(dec, "decode")}
+            events = np.sort(np.r_[arrival_s, prefilled_s - _emit_lag(pre_cost)])
+        decs = [SimEngine(config.decode, dec_cost, rng(1) if k == 0 else _rng_j(seed, 1, k))
+                for k in range(y)]
+        for k, dec in enumerate(decs):
+            mine = order[k::y]
+            dec.run(handed_s[mine].tolist(), [prefilled[i] for i in mine], events_s=events)
+        first_eng, dec = _Merged(pres), _Merged(decs)
+        stats = {**_merged_stats(pres, "prefill"), **_merged_stats(decs, "decode")}
     n = len(seqs)
     first = np.full(n, np.nan)
     if first_eng.first_s:
@@ -122,6 +143,52 @@ def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
     stats["num_rejected"] = len(rejected)
     return RawTimes(first, times, owner[keep], starts[keep],
                     np.asarray(dec.run_counts, dtype=np.int64)[keep], stats)
+
+
+def _rng_j(seed: int | None, i: int, j: int):
+    """The generator of the j-th (j >= 1) worker of a role: its own stream, so worker 0 keeps
+    the 1P1D draws."""
+    return None if seed is None else np.random.default_rng([seed, i, j])
+
+
+class _Merged:
+    """Several workers of one role read as one: first tokens, rejections and the decode
+    workers' time axes laid end to end, each worker's run starts moved onto its segment (a
+    run never crosses a segment, so the gaps come out as each worker's own)."""
+
+    def __init__(self, engines: list[SimEngine]):
+        self.engines = engines
+        self.first_s = {k: v for e in engines for k, v in e.first_s.items()}
+        self.rejected = [q for e in engines for q in e.rejected]
+        if len(engines) == 1:
+            one = engines[0]
+            self.run_ids, self.run_starts, self.run_counts = one.run_ids, one.run_starts, one.run_counts
+            self.time_axis = one.time_axis
+            return
+        axes, ids, starts, counts, base = [], [], [], [], 0
+        for e in engines:
+            times, offset = e.time_axis()
+            st = np.asarray(e.run_starts, dtype=np.int64)
+            starts.append(np.where(st >= 0, st, offset - 1 - st) + base)
+            axes.append(times)
+            ids += e.run_ids
+            counts += e.run_counts
+            base += len(times)
+        self.run_ids, self.run_counts = ids, counts
+        self.run_starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+        axis = np.concatenate(axes) if axes else np.zeros(0)
+        self.time_axis = lambda: (axis.copy(), 0)  # starts are already on the axis: none < 0
+
+
+def _merged_stats(engines: list[SimEngine], name: str) -> dict:
+    """_stats over a role's workers: counts and busy time summed, maxima the largest."""
+    parts = [_stats(e, name) for e in engines]
+    if len(parts) == 1:
+        return parts[0]
+    out = {k: sum(p[k] for p in parts) for k in parts[0]}
+    for k in (f"{name}_max_prefill_tokens", f"{name}_max_decode_seqs"):
+        out[k] = max(p[k] for p in parts)
+    return out
 
 
 def _emit_lag(cost) -> float:

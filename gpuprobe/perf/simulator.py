@@ -20,7 +20,7 @@ import pandas as pd
 from gpuprobe.errors import UserError
 from gpuprobe.perf.costmodel import Profile
 from gpuprobe.perf.metrics import Slo, per_request, summarize, tbt_summary
-from gpuprobe.perf.sim_layouts import DEVICES, LAYOUTS, LayoutConfig, run_layout
+from gpuprobe.perf.sim_layouts import LAYOUTS, LayoutConfig, num_devices, run_layout
 from gpuprobe.perf.sim_timeline import token_stats
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
@@ -63,7 +63,7 @@ def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = S
     tbt = tbt_summary(tok.gap_s, tok.gap_count, total_s)
     req.insert(0, "request_idx", wl.index.to_numpy())
     req["prompt_tokens"] = prompt
-    summary = summarize(req, tbt, slo, DEVICES[layout])
+    summary = summarize(req, tbt, slo, num_devices(layout, config))
     summary.update(raw.stats)
     summary["layout"] = layout
     summary["confidence"] = _confidence(profile, layout, raw.stats)

@@ -122,7 +122,7 @@ class ServerApp:
             "layout": cfg.layout if cfg else None,
             "prefill_share": cfg.prefill_share if cfg and cfg.layout != "monolithic" else None,
             "chunked_prefill_tokens": cfg.chunked_prefill_tokens if cfg else None,
-            "history": self.router.history})
+            "switching": self.router.switching, "history": self.router.history})
 
     async def post_layout(self, request: web.Request) -> web.Response:
         if (denied := self._denied(request)) is not None:
@@ -130,10 +130,16 @@ class ServerApp:
         try:
             body = await _json_body(request)
             cfg = _layout_config(body, self.router.active)
+            actor, reason = _who(body)
         except oa.ApiError as exc:
             return _error(exc)
+        # Checked after the last await before switch() takes the lock, so two posts cannot both
+        # pass: the second is told, not queued behind the first (apply must change nothing).
+        if self.router.switching:
+            return web.json_response({"error": {"message": "a layout switch is already in progress",
+                                                "type": "conflict_error"}}, status=409)
         try:
-            entry = await self.router.switch(cfg, actor="admin", reason=body.get("reason", ""))
+            entry = await self.router.switch(cfg, actor=actor, reason=reason)
         except RuntimeError as exc:
             return web.json_response({"error": {"message": str(exc), "type": "server_error"}},
                                      status=500)
@@ -143,6 +149,18 @@ class ServerApp:
         if (denied := self._denied(request)) is not None:
             return denied
         return web.json_response({"workers": self.router.worker_pids()})
+
+
+def _who(body: dict) -> tuple[str, str]:
+    """(actor, reason) for the layout event: who asked (default 'admin') and why."""
+    actor, reason = body.get("actor", "admin"), body.get("reason", "")
+    for name, value, limit in (("actor", actor, 64), ("reason", reason, 200)):
+        if not isinstance(value, str) or len(value) > limit or not value.isprintable():
+            raise oa.ApiError(f"'{name}' must be printable text of at most {limit} characters",
+                              name)
+    if not actor:
+        raise oa.ApiError("'actor' must not be empty", "actor")
+    return actor, reason
 
 
 def _layout_config(body, active) -> LayoutConfig:

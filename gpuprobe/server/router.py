@@ -40,6 +40,11 @@ class Router:
         self.admission = Admission(opts.max_num_seqs + opts.max_queue, opts.max_queue_wait_s)
 
     # ---- layouts -------------------------------------------------------------------------
+    @property
+    def switching(self) -> bool:
+        """A switch (admin or replacement) holds the lock until its new layout is active."""
+        return self._lock.locked()
+
     async def switch(self, cfg: LayoutConfig, actor: str = "admin", reason: str = "") -> dict:
         """Make `cfg` the active layout; returns the history entry. Raises if it fails to start."""
         async with self._lock:

@@ -30,7 +30,8 @@ LENGTH_COLUMNS = ("prompt_tokens_p50", "prompt_tokens_p90", "output_tokens_p50",
 
 
 def rate_expr(counters: tuple[str, ...], gauge: str, window_s: float, by: str | None) -> str:
-    """sum by (group) of the first counter family present, else of the agent's gauge."""
+    """sum by (group) of the first counter family present, else of the agent's gauge (only
+    the gauge when `counters` is empty)."""
     grp = f" by ({by})" if by else ""
     w = duration(window_s)
     parts = [f"sum{grp} (rate({{__name__=\"{c}\"}}[{w}]))" for c in counters]
@@ -39,18 +40,21 @@ def rate_expr(counters: tuple[str, ...], gauge: str, window_s: float, by: str | 
 
 
 def bucket_mix(api: PromApi, start_s: float, end_s: float, bucket_s: float,
-               by: str | None = None, decode_tbt_s: float = DEFAULT_DECODE_TBT_S) -> pd.DataFrame:
+               by: str | None = None, decode_tbt_s: float = DEFAULT_DECODE_TBT_S,
+               agents_only: bool = False) -> pd.DataFrame:
     """One row per bucket (and group, when `by` names a label): start_s (s from start_s),
     ts_s (epoch), [group,] requests_per_s, prefill_tokens_per_s, decode_tokens_per_s,
     prefill_token_share, the length quantile columns (NaN), concurrent_decodes_est.
-    A bucket without any engine data is absent for that group (missing, not zero)."""
+    A bucket without any engine data is absent for that group (missing, not zero).
+    agents_only: read only the agents' re-exported rates, whose hostname, model and engine
+    labels every group uses (an engine's own counters name its model `model_name`)."""
     if end_s <= start_s:
         raise UserError("--since/--until: the range is empty (until must be after since)")
     if (end_s - start_s) / bucket_s > MAX_BUCKETS:
         raise UserError(f"--bucket: {bucket_s:g} s cuts the range into more than {MAX_BUCKETS:,} buckets")
     cols: dict[tuple, dict] = {}
     for col, counters, gauge in _RATES:
-        expr = rate_expr(counters, gauge, bucket_s, by)
+        expr = rate_expr(() if agents_only else counters, gauge, bucket_s, by)
         for labels, ts, vals in api.query_range(expr, start_s + bucket_s, end_s, bucket_s):
             group = labels.get(by, "") if by else ""
             for t, v in zip(ts, vals):

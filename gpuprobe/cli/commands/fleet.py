@@ -15,6 +15,10 @@ def add_arguments(p) -> None:
                         "(default model)")
     p.add_argument("--since", default="15m", help="start: a duration ago, epoch s or ISO time (default 15m)")
     p.add_argument("--until", default="now", help="end (default now)")
+    p.add_argument("--profile", metavar="FILE",
+                   help="also recommend a layout per group with this profile (gpuprobe profile)")
+    p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
+                   help="with --profile: the SLO (chat, code, summarize, batch or ttft_p99=2s,...)")
     p.add_argument("--json", action="store_true", help="JSON: hosts and groups")
 
 
@@ -34,10 +38,15 @@ def run(args) -> int:
         raise UserError(f"--source {src}: no gpuprobe agent series between --since and --until "
                         f"(is it scraping agents on :9400? see docs/fleet.md)")
     groups = fleet_groups(hosts)
+    recs = _recommend(args, src, start, end, hosts) if args.profile else {}
     if args.json:
+        rows = _records(groups)
+        for r in rows:
+            if recs:
+                r["recommendation"] = recs.get(r["group"])
         print(json.dumps({"source": str(src), "since_s": start, "until_s": end, "by": args.by,
-                          "hosts": _records(hosts), "groups": _records(groups),
-                          "warnings": src.api.warnings}))
+                          "hosts": _records(hosts), "groups": rows,
+                          "warnings": src.api.warnings}, default=float))
         return 0
     fmt = {"float_format": lambda v: f"{v:,.1f}", "na_rep": "missing", "index": False}
     print(f"{len(hosts)} hosts, {int(hosts['num_gpus'].sum())} GPUs, by {args.by} "
@@ -45,9 +54,26 @@ def run(args) -> int:
     print(groups.to_string(**fmt))
     print()
     print(hosts.to_string(**fmt))
+    for group, rec in recs.items():
+        print(f"\n{args.by}={group}: " + (rec.get("decision") or f"no recommendation: {rec['error']}"))
+        if "lengths" in rec:
+            print(f"  lengths from {rec['lengths']}; {rec['devices_per_host']} device(s) per host; "
+                  f"confidence {rec['confidence']['word']}")
     for w in src.api.warnings:
         print(f"warning: {w}")
     return 0
+
+
+def _recommend(args, src, start: float, end: float, hosts) -> dict:
+    import sys
+
+    from gpuprobe.decide.slo import parse_slo
+    from gpuprobe.perf.profile import load_profile
+    from gpuprobe.sources.fleet_decide import group_recommendations
+
+    profile, slo = load_profile(args.profile), parse_slo(args.slo)
+    say = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+    return group_recommendations(src, start, end, hosts, args.by, profile, slo, progress=say)
 
 
 def _records(df) -> list[dict]:

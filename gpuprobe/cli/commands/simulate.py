@@ -19,10 +19,15 @@ def add_arguments(p) -> None:
                    help="first N requests only (default: all)")
     p.add_argument("--speed", type=positive_float, default=1.0,
                    help="arrival rate multiplier (default 1)")
-    p.add_argument("--slo-ttft", type=positive_float, default=2.0, metavar="S",
-                   help="TTFT SLO, s (default 2)")
-    p.add_argument("--slo-tbt", type=positive_float, default=0.1, metavar="S",
-                   help="per-request mean TBT SLO, s (default 0.1)")
+    p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
+                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tbt=100ms,attain=0.9 "
+                        "(default chat: TTFT 2 s, TBT 0.1 s, 90%%)")
+    p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
+                   help="TTFT SLO, s (overrides --slo's)")
+    p.add_argument("--slo-tbt", type=positive_float, default=None, metavar="S",
+                   help="per-request mean TBT SLO, s (overrides --slo's)")
+    p.add_argument("--token-scale", type=positive_float, default=1.0, metavar="F",
+                   help="scale prompt and output lengths (default 1)")
     p.add_argument("--max-num-seqs", type=positive_int, default=256, metavar="N",
                    help="sequences per batch per worker (default 256)")
     p.add_argument("--num-blocks", type=positive_int, default=40000, metavar="N",
@@ -38,7 +43,12 @@ def run(args) -> int:
     from gpuprobe.cli.commands.validate import load_named_workload
     from gpuprobe.engine.scheduler import SchedulerConfig
     from gpuprobe.errors import UserError
-    from gpuprobe.perf.metrics import AGG_METRICS, Slo, best_note, pick_best
+    from gpuprobe.decide.candidates import Candidate
+    from gpuprobe.decide.rank import rank
+    from gpuprobe.decide.recommend import prepare, scale_workload
+    from gpuprobe.decide.search import search_candidates
+    from gpuprobe.decide.slo import slo_from_flags
+    from gpuprobe.perf.metrics import AGG_METRICS
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.perf.sim_layouts import LAYOUTS, LayoutConfig
     from gpuprobe.perf.simulator import simulate
@@ -48,23 +58,34 @@ def run(args) -> int:
         raise UserError(f"--layouts: choose from {', '.join(LAYOUTS)}")
     profile = load_profile(args.profile)
     wl = load_named_workload(args.store, args.workload)
-    wl = wl.sort_values("arrival_s", kind="stable").iloc[:args.limit]
-    wl = wl.assign(arrival_s=(wl["arrival_s"] - wl["arrival_s"].iloc[0]) / args.speed)
+    wl = prepare(scale_workload(wl, args.speed, token_scale=args.token_scale, limit=args.limit))
     kw = dict(max_num_seqs=args.max_num_seqs, num_blocks=args.num_blocks,
               max_num_batched_tokens=max(2048, int(wl["prompt_tokens"].max())))
     cfg = LayoutConfig(*(SchedulerConfig(role=r, **kw) for r in ("mixed", "prefill", "decode")))
-    slo = Slo(args.slo_ttft, args.slo_tbt)
+    slo = slo_from_flags(args.slo, args.slo_ttft, args.slo_tbt)
     out = {x: simulate(wl, profile, x, slo, cfg, args.seed).summary for x in layouts}
-    best = pick_best(out)
+    # The searched goodput (DistServe's) beside the offered-rate figures, and the pick by the
+    # one ranking rule recommend uses (gpuprobe.decide.rank).
+    cands = [Candidate(x, prefill_share=profile.prefill_share if x == "intra" else None)
+             for x in layouts]
+    rows = search_candidates(wl, profile, cands, slo, seed=args.seed)
+    for x, r in zip(layouts, rows):
+        out[x]["max_goodput_rps_per_device"] = r["max_goodput_rps_per_device"]
+    ranked = rank(rows)
+    best = ranked[0]["layout"] if ranked[0]["meets_slo"] else None
     notes = [_unserved(x, s, args.num_blocks) for x, s in out.items() if not s["num_completed"]]
-    if note := best_note(out, best):
-        notes.append(note)
+    if best is None:
+        near = max(rows, key=lambda r: r["at_goodput"].get("slo_attainment") or 0.0)
+        notes.append(f"no layout meets these SLOs at any rate; {near['layout']} comes closest "
+                     f"({near['at_goodput'].get('slo_attainment') or 0:.1%} met at the lowest rate "
+                     f"tried, target {slo.attain:.0%})")
     if args.json:
         print(json.dumps({"layouts": out, "best": best, "slo": slo.to_dict(), "notes": notes},
                          default=float))
         return 0
     for x, s in out.items():
-        vals = " ".join(f"{m}={s[m]:.4g}" for m in (*AGG_METRICS, "goodput_rps_per_device"))
+        vals = " ".join(f"{m}={s[m]:.4g}" for m in (*AGG_METRICS, "offered_goodput_rps_per_device",
+                                                     "max_goodput_rps_per_device"))
         print(f"{x:<11} {vals} slo={s['slo_attainment']:.3f} confidence={s['confidence']['level']}")
     print(f"best: {best or 'none'}")
     for note in notes:

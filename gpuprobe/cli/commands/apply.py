@@ -1,0 +1,45 @@
+"""`gpuprobe apply`: switch a running reference server to a stored recommendation's layout."""
+from __future__ import annotations
+
+import json
+
+from gpuprobe.cli.argtypes import http_url, positive_int
+
+NAME = "apply"
+HELP = ("switch a running reference server to a stored recommendation (POST /admin/layout), "
+        "wait until it is done, and mark the recommendation applied")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--recommendation", required=True, type=positive_int, metavar="ID",
+                   help="recommendation id (printed by gpuprobe recommend)")
+    p.add_argument("--target", required=True, type=http_url, metavar="URL",
+                   help="the reference server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--admin-token-file", default=None, metavar="FILE",
+                   help="file holding the server's admin token (default: $GPUPROBE_ADMIN_TOKEN)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(args) -> int:
+    from gpuprobe.decide.apply import apply_recommendation
+    from gpuprobe.errors import UserError
+    from gpuprobe.server.admin import ENV_VAR, load_token
+    from gpuprobe.store import Store
+
+    token, _ = load_token(args.admin_token_file)
+    if token is None:
+        raise UserError(f"no admin token: give --admin-token-file FILE or set ${ENV_VAR}")
+    with Store.open(args.store, create=False) as store:
+        out = apply_recommendation(store, args.recommendation, args.target, token)
+    if args.json:
+        print(json.dumps(out, default=float))
+        return 0
+    share = f" prefill_share={out['prefill_share']:g}" if out["prefill_share"] is not None else ""
+    chunk = (f" chunked_prefill_tokens={out['chunked_prefill_tokens']}"
+             if out["chunked_prefill_tokens"] else "")
+    print(f"{out['target']} now runs {out['layout']}{share}{chunk} (switched in "
+          f"{out['switch'].get('duration_s', 0):.2f} s; layout event by {out['actor']}: "
+          f"{out['reason']}); recommendation {out['recommendation']} marked applied")
+    for item in out["kept"]:
+        print(f"not changed by a live switch: {item}")
+    return 0

@@ -1,0 +1,178 @@
+"""`gpuprobe recommend`: which layout to run for a workload, with reasons, margin, confidence."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+from gpuprobe.cli.argtypes import nonneg_int, positive_float, positive_int
+from gpuprobe.cli.commands._recommend_check import add_check_argument, run_check
+
+NAME = "recommend"
+HELP = "recommend a layout (monolithic, intra, cross xPyD) for a workload and SLO, with reasons"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--workload", metavar="NAME|FILE",
+                   help="stored workload, trace file, or azure-conv / azure-code (bundled)")
+    p.add_argument("--profile", metavar="FILE", help="profile JSON (gpuprobe profile)")
+    p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
+                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tbt_p99=100ms,attain=0.9 "
+                        "(default chat)")
+    p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
+                   help="TTFT target, s (overrides --slo's)")
+    p.add_argument("--slo-tbt", type=positive_float, default=None, metavar="S",
+                   help="per-request mean TBT target, s (overrides --slo's)")
+    p.add_argument("--devices", type=nonneg_int, default=2, metavar="N",
+                   help="devices the deployment has; cross xPyD fits within them (default 2)")
+    p.add_argument("--layouts", default="monolithic,intra,cross",
+                   help="layouts to weigh (default monolithic,intra,cross)")
+    p.add_argument("--link", default=None, metavar="nvlink|ib|roce|tcp|GBPS",
+                   help="cross's KV link (default: the profile's)")
+    p.add_argument("--cost-per-device-hour", type=positive_float, default=None, metavar="USD",
+                   help="price of a device-hour: adds cost per million output tokens")
+    p.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                   help="first N requests only (default: all)")
+    p.add_argument("--token-scale", type=positive_float, default=1.0, metavar="F",
+                   help="scale prompt and output lengths (default 1)")
+    p.add_argument("--rate", type=positive_float, default=None, metavar="RPS",
+                   help="set the workload's mean rate, requests/s (burst shape kept)")
+    p.add_argument("--rate-scale", type=positive_float, default=1.0, metavar="F",
+                   help="what-if: F times the requests per second (default 1)")
+    p.add_argument("--prompt-scale", type=positive_float, default=1.0, metavar="F",
+                   help="what-if: prompts F times longer (default 1)")
+    p.add_argument("--forecast", action="store_true",
+                   help="weigh the layouts on the forecast load (upper 80%% of requests/s) and mix")
+    p.add_argument("--forecast-file", metavar="FILE", default=None,
+                   help="a forecast as `gpuprobe forecast --json` prints it (implies --forecast)")
+    p.add_argument("--bucket", default="10s", help="--forecast: bucket (default 10s)")
+    p.add_argument("--horizon", default="60s", help="--forecast: horizon (default 60s)")
+    p.add_argument("--source", metavar="prometheus=URL",
+                   help="weigh the layouts on the rates a Prometheus holds instead of a workload "
+                        "(with --since, --until and optionally --group LABEL=VALUE)")
+    p.add_argument("--since", default="1h", help="--source: start (default 1h ago)")
+    p.add_argument("--until", default="now", help="--source: end (default now)")
+    p.add_argument("--group", metavar="LABEL=VALUE", help="--source: only the hosts with this label")
+    add_check_argument(p)
+    p.add_argument("--seed", type=nonneg_int, default=0, help="simulator noise seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+
+
+def run(args) -> int:
+    from gpuprobe.errors import UserError
+    if args.check is not None:
+        return run_check(args)
+    if not args.profile or bool(args.workload) == bool(args.source):
+        raise UserError("recommend needs --profile and one of --workload or --source (or --check ID)")
+    from gpuprobe.cli.commands.validate import load_named_workload
+    from gpuprobe.decide.recommend import base_rate, prepare, recommend, scale_workload
+    from gpuprobe.decide.slo import slo_from_flags
+    from gpuprobe.decide.store import dumps, save_recommendation
+    from gpuprobe.perf.profile import load_profile
+    from gpuprobe.store import Store
+
+    slo = slo_from_flags(args.slo, args.slo_ttft, args.slo_tbt)
+    layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
+    if not layouts or any(x not in ("monolithic", "intra", "cross") for x in layouts):
+        raise UserError("--layouts: choose from monolithic, intra, cross")
+    profile = load_profile(args.profile)
+    wl = _source_workload(args) if args.source else load_named_workload(args.store, args.workload)
+    rate_scale = args.rate_scale
+    if args.rate is not None:
+        rate_scale *= args.rate / base_rate(prepare(wl.iloc[: args.limit]))
+    wl = scale_workload(wl, rate_scale, args.prompt_scale, args.token_scale, args.limit)
+    forecast = None
+    if args.forecast or args.forecast_file:
+        from gpuprobe.decide.forecast_workload import workload_from_forecast
+        forecast = _forecast(args, wl)
+        wl = workload_from_forecast(wl, forecast, seed=args.seed)
+    with Store.open(args.store) as store:
+        progress = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+        rec = recommend(wl, profile, slo, devices=args.devices, link=args.link,
+                        cost_per_device_hour=args.cost_per_device_hour, evidence_store=store,
+                        progress=progress, layouts=layouts, seed=args.seed,
+                        workload_name=args.workload or f"{args.source} {args.group or ''}".strip())
+        if forecast is not None:
+            from gpuprobe.decide.forecast_outlook import outlook
+            rec["forecast"] = outlook(wl, forecast, profile, slo, rec, args.seed)
+        save_recommendation(store, rec)
+    if args.json:
+        print(dumps(rec))
+        return 0
+    print(render(rec))
+    return 0
+
+
+def _source_workload(args):
+    import re
+
+    from gpuprobe.errors import UserError
+    from gpuprobe.sources import open_source, time_range
+    from gpuprobe.sources.prom_mix import bucket_mix
+    from gpuprobe.sources.prom_workload import HISTOGRAMS, length_histogram, workload_from_rates
+
+    label = value = None
+    if args.group:
+        m = re.fullmatch(r"([a-zA-Z_][a-zA-Z0-9_]*)=(.+)", args.group)
+        if not m:
+            raise UserError(f"--group: {args.group!r}: expected LABEL=VALUE, e.g. host_group=chat")
+        label, value = m.groups()
+    src = open_source(args.source)
+    start, end = time_range(args.since, args.until)
+    bucket_s = min(60.0, max((end - start) / 4, 1.0))
+    mix = bucket_mix(src.api, start, end, bucket_s, by=label, agents_only=label is not None)
+    if label is not None:
+        mix = mix[mix["group"] == value]
+    matcher = f'{label}="{value}"' if label else ""
+    hists = [length_histogram(src.api, HISTOGRAMS[k], start, end, matcher) for k in ("prompt", "output")]
+    return workload_from_rates(mix, bucket_s, *hists, seed=args.seed)
+
+
+def _forecast(args, wl) -> dict:
+    from gpuprobe.errors import UserError
+    if args.forecast_file:
+        try:
+            with open(args.forecast_file) as f:
+                return json.load(f)
+        except (OSError, ValueError) as e:
+            raise UserError(f"--forecast-file {args.forecast_file}: {e}") from None
+    if importlib.util.find_spec("gpuprobe.forecast") is None:
+        raise UserError("--forecast: this build has no forecaster (gpuprobe.forecast); "
+                        "pass --forecast-file from `gpuprobe forecast --json`")
+    from gpuprobe.forecast import forecast_workload
+    from gpuprobe.units import parse_duration
+    bucket_s, horizon_s = parse_duration(args.bucket, "--bucket"), parse_duration(args.horizon, "--horizon")
+    return forecast_workload(wl, bucket_s, horizon_s, None,
+                             ("prefill_tokens_per_s", "decode_tokens_per_s", "requests_per_s"))
+
+
+def render(rec: dict) -> str:
+    """The human form: the decision, the candidate table, margin, confidence, reasons, id."""
+    lines = [rec["decision"], "",
+             f"{'candidate':<26} {'goodput/dev':>11} {'bracket':>15} {'TTFT p99':>9} {'TBT p99':>9} "
+             f"{'at offered: met':>16}" + ("  $/Mtok" if "cost_per_device_hour" in rec else "")]
+    for r in rec["candidates"]:
+        a, o = r["at_goodput"], r.get("at_offered")
+        hi = r["goodput_bracket_rps_per_device"][1]
+        br = f"{r['max_goodput_rps_per_device']:.3g}-{hi:.3g}" if hi else "-"
+        met = f"{o['slo_attainment']:.1%}" if o else ""
+        cost = r.get("cost_per_million_output_tokens")
+        lines.append(f"{r['label']:<26} {r['max_goodput_rps_per_device']:>11.3g} {br:>15} "
+                     f"{_s(a.get('ttft_p99_s')):>9} {_s(a.get('tbt_p99_s')):>9} {met:>16}"
+                     + (f"  {cost:.3g}" if cost else ""))
+    m = rec["margin"]
+    lines += ["", f"margin over {rec['runner_up']}: {m:+.1%}" if m is not None else "margin: none (one candidate)",
+              f"confidence: {rec['confidence']['word']} ({rec['confidence']['value']:.2f}; "
+              f"{rec['confidence']['basis']})", "reasons:"]
+    lines += [f"  - {r['text']}" for r in rec["reasons"]]
+    if rec.get("forecast"):
+        lines += ["forecast:", *(f"  {x}" for x in rec["forecast"]["lines"])]
+    s = rec["search"]
+    lines.append(f"searched {s['candidates']} candidates, {s['simulations']} simulations on a "
+                 f"{s['sample_requests']}-request sample, {s['seconds']:.1f} s; stored as "
+                 f"recommendation {rec.get('id')}")
+    return "\n".join(lines)
+
+
+def _s(v) -> str:
+    return "-" if v is None or v != v else (f"{v * 1e3:.1f}ms" if v < 1 else f"{v:.2f}s")

@@ -1,0 +1,113 @@
+"""NVIDIA Dynamo with the vLLM backend: a frontend plus aggregated, or prefill and decode,
+workers; locally as commands, on Kubernetes as a DynamoGraphDeployment with worker counts."""
+from __future__ import annotations
+
+from gpuprobe.decide.plans import split
+from gpuprobe.decide.plans.plan import Plan, Process
+from gpuprobe.decide.plans.vllm import kv_config
+from gpuprobe.decide.rec_params import Target
+
+VERSION = "v1.6.2"
+SOURCES = (
+    "https://docs.nvidia.com/dynamo/v1.6.2/kubernetes/disaggregated-serving/overview "
+    "(DynamoGraphDeployment: Frontend, VllmPrefillWorker, VllmDecodeWorker, componentType, "
+    "subComponentType, replicas)",
+    "https://docs.nvidia.com/dynamo/v1.6.2/reference/backends/v-llm-configuration "
+    "(python -m dynamo.vllm --disaggregation-mode prefill|decode; every vLLM engine argument)",
+    "https://github.com/ai-dynamo/dynamo/blob/main/examples/backends/vllm/launch/disagg.sh "
+    "(python -m dynamo.frontend, --kv-transfer-config NixlConnector kv_both, DYN_SYSTEM_PORT)",
+)
+IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2"
+KV_BOTH = kv_config("kv_both")  # Dynamo's vLLM examples use kv_both on both sides
+
+
+def _engine_args(t: Target) -> list[str]:
+    """vLLM engine arguments an aggregated worker takes (Dynamo passes them through)."""
+    args = ["--enable-chunked-prefill" if t.chunked_prefill else "--no-enable-chunked-prefill"]
+    if t.max_num_batched_tokens:
+        args += ["--max-num-batched-tokens", str(t.max_num_batched_tokens)]
+    if t.max_num_seqs:
+        args += ["--max-num-seqs", str(t.max_num_seqs)]
+    return args
+
+
+def build(t: Target, model: str, total_sms: int) -> Plan:
+    front = Process("frontend: clients send requests to port 8000", "dynamo.frontend",
+                    ("python", "-m", "dynamo.frontend", "--http-port", "8000"))
+    notes = ["Dynamo's local launch needs etcd and NATS: `docker compose -f "
+             "dev/docker-compose.yml up -d` in a Dynamo checkout."] + list(split.link_notes(t))
+    setup, sources, files = (), SOURCES, {}
+    workers: list[Process] = []
+    if t.layout == "monolithic":
+        for i in range(t.devices):
+            workers.append(_worker(f"worker {i} (GPU {i})", model, i, 8081 + i,
+                                   _engine_args(t)))
+        files["dynamo_graph.yaml"] = graph(t, model, {"VllmWorker": (None, t.devices,
+                                                                      _engine_args(t))})
+        summary = (f"Dynamo, aggregated: {t.devices} vLLM worker(s) doing prefill and decode, "
+                   f"behind the frontend.")
+    else:
+        if t.layout == "intra":
+            setup, sources = split.MPS_SETUP, SOURCES + (split.MPS_DOC,)
+            notes += [split.intra_note(t, total_sms),
+                      "A DynamoGraphDeployment gives each worker whole GPUs, so an intra split "
+                      "is launched locally only (no dynamo_graph.yaml)."]
+        else:
+            files["dynamo_graph.yaml"] = graph(t, model, {
+                "VllmPrefillWorker": ("prefill", t.prefill_devices,
+                                      ["--disaggregation-mode", "prefill",
+                                       "--kv-transfer-config", KV_BOTH]),
+                "VllmDecodeWorker": ("decode", t.decode_devices,
+                                     ["--disaggregation-mode", "decode",
+                                      "--kv-transfer-config", KV_BOTH])})
+        k = 0
+        for role, ids, pct in split.sides(t):
+            for i, dev in enumerate(ids):
+                extra = (("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)),) if pct else ()
+                workers.append(_worker(f"{role} worker {i} (GPU {dev})", model, dev, 8081 + k,
+                                       ["--disaggregation-mode", role,
+                                        "--kv-transfer-config", KV_BOTH],
+                                       extra + (("VLLM_NIXL_SIDE_CHANNEL_PORT", str(20097 + k)),)))
+                k += 1
+        n_p, n_d = (t.prefill_devices, t.decode_devices) if t.layout == "cross" else (1, 1)
+        summary = (f"Dynamo, disaggregated ({t.layout}): {n_p} prefill and {n_d} decode vLLM "
+                   f"worker(s), the KV cache over NIXL, behind the frontend.")
+    procs = (front, *workers[:-1], Process(workers[-1].name, workers[-1].program,
+                                            workers[-1].argv, workers[-1].env, background=False))
+    return Plan("dynamo", t, VERSION, sources, summary, procs, setup, tuple(notes), files)
+
+
+def _worker(name: str, model: str, dev: int, system_port: int, args: list[str],
+            env: tuple = ()) -> Process:
+    return Process(name, "dynamo.vllm", ("python", "-m", "dynamo.vllm", "--model", model, *args),
+                   (("CUDA_VISIBLE_DEVICES", str(dev)), ("DYN_SYSTEM_PORT", str(system_port)))
+                   + tuple(env))
+
+
+def graph(t: Target, model: str, workers: dict) -> str:
+    """A DynamoGraphDeployment: the frontend and one service per worker kind with its
+    replica count (one GPU each). workers: {service: (subComponentType | None, replicas, args)}."""
+    lines = ["# gpuprobe plan: recommendation %d on Dynamo %s (nothing has been applied)"
+             % (t.rec_id, VERSION),
+             "apiVersion: nvidia.com/v1alpha1", "kind: DynamoGraphDeployment", "metadata:",
+             f"  name: gpuprobe-rec-{t.rec_id}", "spec:", "  services:",
+             "    Frontend:", "      componentType: frontend", "      replicas: 1",
+             "      extraPodSpec:", "        mainContainer:", f"          image: {IMAGE}"]
+    for name, (sub, replicas, args) in workers.items():
+        lines += [f"    {name}:", "      componentType: worker"]
+        if sub:
+            lines.append(f"      subComponentType: {sub}")
+        lines += [f"      replicas: {replicas}", "      resources:", "        limits:",
+                  '          gpu: "1"', "      extraPodSpec:", "        mainContainer:",
+                  f"          image: {IMAGE}", "          command:", "          - python3",
+                  "          - -m", "          - dynamo.vllm", "          args:",
+                  "            - --model", f"            - {_yaml_str(model)}"]
+        lines += [f"            - {_yaml_str(a)}" for a in args]
+    return "\n".join(lines) + "\n"
+
+
+def _yaml_str(s: str) -> str:
+    """A YAML scalar: single-quoted when it could be read as something else (JSON, numbers)."""
+    plain = s and not any(c in s for c in "{}[]:,#'\"&*!|>%@`") and not s[0].isdigit() \
+        and s.lower() not in ("true", "false", "null", "yes", "no", "on", "off")
+    return s if plain else "'" + s.replace("'", "''") + "'"

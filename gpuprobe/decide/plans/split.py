@@ -1,0 +1,80 @@
+"""How a split maps onto devices, shared by every engine's plan.
+
+intra: both workers on one GPU, run side by side under an MPS daemon, each capped to its
+share of the SMs with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (NVIDIA MPS documentation,
+"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"); the same split as green-context SM counts is what the
+reference server uses (gpuprobe/server/green_partition.py). cross: x prefill and y decode
+devices, numbered 0..x-1 and x..x+y-1 on one host when the link is NVLink.
+"""
+from __future__ import annotations
+
+from gpuprobe.decide.rec_params import Target
+from gpuprobe.server.green_partition import prefill_sm_count
+
+MPS_DOC = ("https://docs.nvidia.com/deploy/mps/ (Multi-Process Service: nvidia-cuda-mps-control, "
+           "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE)")
+MPS_SETUP = ("nvidia-cuda-mps-control -d  # MPS daemon: without it the two processes "
+             "time-slice the GPU instead of sharing its SMs",)
+MULTI_HOST_LINKS = ("ib", "roce", "tcp")
+
+
+def mps_percent(share: float) -> tuple[int, int]:
+    """(prefill %, decode %) of the GPU's threads; each side keeps at least 1%."""
+    p = min(99, max(1, round(share * 100)))
+    return p, 100 - p
+
+
+def sm_counts(share: float, total_sms: int) -> tuple[int, int]:
+    """(prefill SMs, decode SMs) as green contexts split them (groups of 8 on Hopper)."""
+    p = prefill_sm_count(total_sms, share)
+    return p, total_sms - p
+
+
+def intra_note(t: Target, total_sms: int) -> str:
+    p, d = sm_counts(t.prefill_share, total_sms)
+    pp, dp = mps_percent(t.prefill_share)
+    return (f"intra split {t.prefill_share:.2f}: prefill {pp}% / decode {dp}% of the GPU's "
+            f"threads (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); as green-context SM counts on a "
+            f"{total_sms}-SM GPU: prefill {p} SMs, decode {d} SMs (what `gpuprobe serve "
+            f"--device cuda --layout intra` uses)")
+
+
+def devices(t: Target) -> tuple[list[int], list[int]]:
+    """(prefill device ids, decode device ids) for cross."""
+    x, y = t.prefill_devices, t.decode_devices
+    return list(range(x)), list(range(x, x + y))
+
+
+def link_notes(t: Target) -> tuple[str, ...]:
+    if t.layout != "cross":
+        return ()
+    link = t.link or "nvlink"
+    if link in MULTI_HOST_LINKS:
+        return (f"link {link}: prefill and decode run on different hosts. Start each process on "
+                f"its own host, replace 127.0.0.1 with that host's address, and number the "
+                f"GPUs from 0 on each host.",)
+    if link == "nvlink":
+        return ("link nvlink: all devices on one host, so the KV cache moves over NVLink.",)
+    return (f"link {link} Gbit/s (as profiled): check that the transfer backend uses that path.",)
+
+
+def sides(t: Target) -> list[tuple[str, list[int], int | None]]:
+    """[(role, device ids, MPS thread % or None)] for the prefill and the decode side: intra
+    puts both on GPU 0 under MPS, cross gives each side its own devices."""
+    if t.layout == "intra":
+        pp, dp = mps_percent(t.prefill_share)
+        return [("prefill", [0], pp), ("decode", [0], dp)]
+    p_ids, d_ids = devices(t)
+    return [("prefill", p_ids, None), ("decode", d_ids, None)]
+
+
+def intra_memory(t: Target, total_sms: int, flag: str, prefill: str,
+                 decode: str) -> tuple[dict, tuple[str, ...], tuple[str, ...]]:
+    """For two engine instances sharing GPU 0: ({role: memory fraction or None}, setup lines,
+    notes). Prefill holds a prompt's KV only until decode has read it, so it gets less."""
+    if t.layout != "intra":
+        return {"prefill": None, "decode": None}, (), ()
+    return ({"prefill": prefill, "decode": decode}, MPS_SETUP,
+            (intra_note(t, total_sms),
+             f"Both instances share GPU 0, so each gets part of its memory ({flag} {prefill} "
+             f"prefill, {decode} decode); tune to the KV your batch needs."))

@@ -1,0 +1,94 @@
+"""vLLM: one `vllm serve` (chunked prefill, token budget), or prefill and decode instances
+joined by NixlConnector (`--kv-transfer-config`) behind vLLM's NIXL proxy."""
+from __future__ import annotations
+
+import json
+
+from gpuprobe.decide.plans import split
+from gpuprobe.decide.plans.plan import Plan, Process
+from gpuprobe.decide.rec_params import Target
+
+VERSION = "v0.12.0"
+SOURCES = (
+    "https://docs.vllm.ai/en/v0.12.0/configuration/engine_args/ (--enable-chunked-prefill, "
+    "--max-num-batched-tokens, --max-num-seqs, --data-parallel-size, --kv-transfer-config, "
+    "--gpu-memory-utilization)",
+    "https://docs.vllm.ai/en/v0.12.0/features/nixl_connector_usage/ (NixlConnector, kv_role "
+    "kv_producer/kv_consumer, VLLM_NIXL_SIDE_CHANNEL_PORT/HOST, UCX_NET_DEVICES, "
+    "toy_proxy_server.py)",
+    "https://docs.vllm.ai/en/v0.12.0/serving/data_parallel_deployment/ (--data-parallel-size)",
+)
+PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"  # in the vLLM repository
+
+
+def kv_config(role: str) -> str:
+    return json.dumps({"kv_connector": "NixlConnector", "kv_role": role}, separators=(",", ":"))
+
+
+def build(t: Target, model: str, total_sms: int) -> Plan:
+    if t.layout == "monolithic":
+        return _monolithic(t, model)
+    return _split(t, model, total_sms)
+
+
+def _monolithic(t: Target, model: str) -> Plan:
+    argv = ["vllm", "serve", model, "--port", "8000"]
+    if t.chunked_prefill:
+        argv += ["--enable-chunked-prefill"]
+    else:
+        argv += ["--no-enable-chunked-prefill"]
+    if t.max_num_batched_tokens:
+        argv += ["--max-num-batched-tokens", str(t.max_num_batched_tokens)]
+    if t.max_num_seqs:
+        argv += ["--max-num-seqs", str(t.max_num_seqs)]
+    if t.devices > 1:
+        argv += ["--data-parallel-size", str(t.devices)]
+    budget = (f"chunks of at most {t.max_num_batched_tokens} tokens per step"
+              if t.chunked_prefill else "whole prompts per step (chunked prefill off)")
+    return Plan("vllm", t, VERSION, SOURCES,
+                f"One vLLM server on {t.devices} GPU(s): prefill and decode share each step, "
+                f"{budget}.", (Process("vllm server", "vllm serve", tuple(argv),
+                                       background=False),))
+
+
+def _split(t: Target, model: str, total_sms: int) -> Plan:
+    procs, notes, sources = [], list(split.link_notes(t)), SOURCES
+    mem, setup, intra_notes = split.intra_memory(t, total_sms, "--gpu-memory-utilization",
+                                                 "0.3", "0.6")
+    notes += intra_notes
+    if t.layout == "intra":
+        sources = SOURCES + (split.MPS_DOC,)
+    hosts = {"prefill": [], "decode": []}
+    k = 0
+    for role, ids, pct in split.sides(t):
+        base = 8100 if role == "prefill" else 8200
+        for i, dev in enumerate(ids):
+            env = [("CUDA_VISIBLE_DEVICES", str(dev)), ("UCX_NET_DEVICES", "all"),
+                   ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(5600 + k))]
+            if t.link == "tcp":
+                env.append(("UCX_TLS", "tcp"))
+            if pct is not None:
+                env.append(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)))
+            argv = ["vllm", "serve", model, "--port", str(base + i), "--kv-transfer-config",
+                    kv_config("kv_producer" if role == "prefill" else "kv_consumer")]
+            if mem[role]:
+                argv += ["--gpu-memory-utilization", mem[role]]
+            procs.append(Process(f"{role} instance {i} (GPU {dev})", "vllm serve",
+                                 tuple(argv), tuple(env)))
+            hosts[role].append(base + i)
+            k += 1
+    n_p, n_d = len(hosts["prefill"]), len(hosts["decode"])
+    proxy = ["python", PROXY, "--port", "8192",
+             "--prefiller-hosts", *["localhost"] * n_p,
+             "--prefiller-ports", *map(str, hosts["prefill"]),
+             "--decoder-hosts", *["localhost"] * n_d,
+             "--decoder-ports", *map(str, hosts["decode"])]
+    procs.append(Process("proxy: clients send requests to port 8192", "toy_proxy_server.py",
+                         tuple(proxy), background=False))
+    notes.append(f"The proxy is vLLM's example ({PROXY}, run from a vLLM checkout); any router "
+                 f"that sends the prefill request first and passes kv_transfer_params on works.")
+    where = ("on one GPU, split by MPS" if t.layout == "intra" else
+             f"on {t.prefill_devices} prefill and {t.decode_devices} decode GPUs")
+    return Plan("vllm", t, VERSION, sources,
+                f"Disaggregated vLLM ({t.layout}): prefill and decode instances {where}, the KV "
+                f"cache handed over by NixlConnector.", tuple(procs), setup, tuple(notes))

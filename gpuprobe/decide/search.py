@@ -1,0 +1,105 @@
+"""The candidate search: every candidate's goodput, with as few simulator runs as it needs.
+
+All candidates are searched on one sample of the workload: every k-th request with its clock
+compressed k times (thinned()), about SEARCH_REQUESTS of them: the same rate, the same mix,
+the same swings over the trace, k times shorter. A full hour of trace at the rates that
+saturate a monolithic worker is ~10 s of simulation per run (every step a mixed one); the
+sample keeps a 20-candidate search within seconds, and every candidate's figure comes from
+the same requests, so the ranking compares like with like.
+
+Each search starts from the best answer so far (a similar candidate's goodput is the best
+first guess) and stops at a bracket FINE_PRECISION wide. Every run first simulates the first
+quarter of its requests: when these alone already miss the SLO more often than the whole run
+may, the rate fails without the rest (an overloaded run is the slowest kind, and later
+arrivals only add load to earlier requests). offered() then adds the figures at the
+workload's own rate, spread over the deployment's devices, on the whole workload.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import pandas as pd
+
+from gpuprobe.decide.goodput import Bracket, search
+from gpuprobe.decide.predict import predict
+from gpuprobe.perf.costmodel import Profile
+from gpuprobe.perf.metrics import Slo
+
+SEARCH_REQUESTS = 600
+FINE_PRECISION = 1.1
+SHOWN = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "slo_attainment",
+         "throughput_tok_s", "offered_goodput_rps_per_device", "num_requests", "num_completed")
+
+
+def base_rate(workload: pd.DataFrame) -> float:
+    """The workload's mean rate, requests/s (its span at least a second: a burst of requests
+    at one instant is taken as arriving within one)."""
+    span = float(workload["arrival_s"].iloc[-1] - workload["arrival_s"].iloc[0])
+    return len(workload) / max(span, 1.0)
+
+
+def thinned(workload: pd.DataFrame, target: int = SEARCH_REQUESTS) -> pd.DataFrame:
+    """Every k-th request with the clock divided by k: the same rate and mix, k times shorter."""
+    k = max(1, len(workload) // target)
+    if k == 1:
+        return workload
+    part = workload.iloc[::k]
+    return part.assign(arrival_s=part["arrival_s"].to_numpy() / k)
+
+
+def search_candidates(workload: pd.DataFrame, profile: Profile, cands: list, slo: Slo,
+                      progress: Callable[[str], None] | None = None,
+                      seed: int | None = 0, sample: int = SEARCH_REQUESTS) -> list[dict]:
+    """One row per candidate (see _row), in the order given. workload: sorted, arrival_s from
+    0. progress: called with a line per candidate."""
+    say = progress or (lambda _msg: None)
+    r0 = base_rate(workload)
+    small = thinned(workload, sample)
+    rows, best_per_dev = [], 0.0
+    for i, c in enumerate(cands):
+        start = best_per_dev * c.devices / r0 if best_per_dev > 0 else 1.0
+        b = search(lambda x, c=c: _run(small, profile, c, slo, x, seed), slo,
+                   start=start, precision=FINE_PRECISION)
+        rows.append(_row(c, b, r0, len(small)))
+        best_per_dev = max(best_per_dev, rows[-1]["max_goodput_rps_per_device"])
+        say(f"{i + 1}/{len(cands)} {c.label}: {rows[-1]['max_goodput_rps_per_device']:.3g} "
+            f"req/s/device ({b.sims} runs, {sum(b.seconds):.2f} s)")
+    return rows
+
+
+def offered(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, devices: int,
+            seed: int | None = 0) -> dict:
+    """The figures at the workload's own rate on `devices` devices (each unit of `cand` takes
+    its share), on the whole workload; plus `sim_s`, the run's time."""
+    t = time.perf_counter()
+    s = predict(workload, profile, cand, slo, cand.devices / devices, seed)
+    return {**{k: s.get(k) for k in SHOWN}, "confidence": s.get("confidence", {}),
+            "sim_s": time.perf_counter() - t}
+
+
+def _run(workload: pd.DataFrame, profile: Profile, c, slo: Slo, scale: float,
+         seed: int | None) -> dict:
+    """predict(), failing early where the first quarter of the requests already misses more
+    than the whole may (the summary is then the quarter's, with `partial` set)."""
+    n = len(workload)
+    if n >= 200:
+        head = predict(workload.iloc[: n // 4], profile, c, slo, scale, seed)
+        misses = (1.0 - head["slo_attainment"]) * head["num_requests"]
+        if misses > (1.0 - slo.attain) * n + 1e-9:
+            return {**head, "slo_attainment": 0.0, "partial": True}
+    return predict(workload, profile, c, slo, scale, seed)
+
+
+def _row(c, b: Bracket, r0: float, sample: int) -> dict:
+    per_dev = r0 / c.devices
+    at = b.at_lo or b.at_hi or {}
+    return {"label": c.label, "layout": c.layout, "params": c.params, "devices": c.devices,
+            "max_goodput_rps_per_device": b.lo * per_dev,
+            "goodput_bracket_rps_per_device": [b.lo * per_dev,
+                                               b.hi * per_dev if b.hi != float("inf") else None],
+            "rate_scale": b.lo, "meets_slo": b.at_lo is not None,
+            "tbt_p99_s": at.get("tbt_p99_s", float("nan")),
+            "at_goodput": {k: at.get(k) for k in SHOWN},
+            "search_requests": sample, "simulations": b.sims, "sim_s": sum(b.seconds),
+            "simplicity": list(c.simplicity)}

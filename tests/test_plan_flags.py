@@ -1,0 +1,122 @@
+"""Every flag, environment variable and config key a vLLM, SGLang or Dynamo plan emits is one
+the engine documents (tests/fixtures/engine_flags.json, with the pages and version read), for
+every layout; the gpuprobe plan's flags are the ones our own CLI parses."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from gpuprobe.decide.plans import build_plan, render
+from gpuprobe.decide.plans.plan import Process
+from gpuprobe.decide.rec_params import Target
+
+TABLE = json.loads((Path(__file__).parent / "fixtures" / "engine_flags.json").read_text())
+TARGETS = {
+    "mono-chunked-2dev": Target(1, "w", "monolithic", None, True, 512, 128, devices=2),
+    "mono-whole": Target(2, "w", "monolithic", None, False, 8192, 256),
+    "intra": Target(3, "w", "intra", 0.35),
+    "cross-1p1d-nvlink": Target(4, "w", "cross", 0.5, link="nvlink", devices=2),
+    "cross-2p3d-ib": Target(5, "w", "cross", 0.4, prefill_devices=2, decode_devices=3,
+                            devices=5, link="ib"),
+    "cross-1p2d-tcp": Target(6, "w", "cross", 0.33, prefill_devices=1, decode_devices=2,
+                             devices=3, link="tcp"),
+}
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def undocumented(engine: str, proc: Process) -> list[str]:
+    """Names in `proc` the table does not list for its engine and program."""
+    doc = TABLE[engine]
+    bad = [f"{proc.program} {f}" for f in proc.flags()
+           if f not in doc["programs"].get(proc.program, [])]
+    bad += [f"env {k}" for k, _ in proc.env if k not in doc["env"]]
+    argv = list(proc.argv)
+    for i, a in enumerate(argv[:-1]):
+        if a == "--kv-transfer-config":
+            cfg = json.loads(argv[i + 1])
+            for key, value in cfg.items():
+                allowed = doc["kv_transfer_config"].get(key)
+                if allowed is None or value not in allowed:
+                    bad.append(f"kv-transfer-config {key}={value}")
+        if a in doc.get("values", {}) and argv[i + 1] not in doc["values"][a]:
+            bad.append(f"{a} {argv[i + 1]}")
+    return bad
+
+
+def test_the_check_catches_an_undocumented_flag():
+    fake = Process("x", "vllm serve", ("vllm", "serve", "m", "--prefill-only"),
+                   (("VLLM_MADE_UP", "1"),))
+    assert undocumented("vllm", fake) == ["vllm serve --prefill-only", "env VLLM_MADE_UP"]
+    role = Process("x", "vllm serve", ("vllm", "serve", "m", "--kv-transfer-config",
+                                       '{"kv_connector":"NixlConnector","kv_role":"prefill"}'))
+    assert undocumented("vllm", role) == ["kv-transfer-config kv_role=prefill"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "dynamo"])
+@pytest.mark.parametrize("case", sorted(TARGETS))
+def test_plan_uses_only_documented_names(engine, case):
+    t = TARGETS[case]
+    plan = build_plan(t, engine, "Qwen/Qwen3-0.6B")
+    doc = TABLE[engine]
+    assert plan.version == doc["version"]
+    bad = [b for p in plan.processes for b in undocumented(engine, p)]
+    assert not bad, bad
+    files = render(plan)
+    for name in ("launch.sh", "README.md"):
+        assert doc["version"] in files[name], name  # the version is cited where people read
+    union = {f for flags in doc["programs"].values() for f in flags}
+    written = set(FLAG.findall(files["launch.sh"] + files.get("dynamo_graph.yaml", "")))
+    assert written <= union, written - union
+    for line in plan.setup:
+        assert line.split("  #")[0].strip() in TABLE["mps"]["setup"]
+    if t.layout == "intra":
+        pct = [int(v) for p in plan.processes for k, v in p.env
+               if k == "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]
+        assert pct == [35, 65] and plan.setup
+    if t.layout == "cross":
+        servers = [p for p in plan.processes if "prefill" in p.name or "decode" in p.name]
+        assert len(servers) == t.prefill_devices + t.decode_devices
+
+
+@pytest.mark.parametrize("case", ["mono-chunked-2dev", "cross-2p3d-ib"])
+def test_dynamo_graph_is_a_documented_deployment(case):
+    yaml = pytest.importorskip("yaml")
+    t = TARGETS[case]
+    graph = yaml.safe_load(render(build_plan(t, "dynamo", "Qwen/Qwen3-0.6B"))["dynamo_graph.yaml"])
+    doc = TABLE["dynamo"]["graph"]
+    assert (graph["apiVersion"], graph["kind"]) == (doc["apiVersion"], doc["kind"])
+    services = graph["spec"]["services"]
+    for svc in services.values():
+        assert set(svc) <= set(doc["service_keys"]), svc
+        assert svc["componentType"] in doc["componentType"]
+        assert svc.get("subComponentType", "prefill") in doc["subComponentType"]
+        args = svc["extraPodSpec"]["mainContainer"].get("args", [])
+        flags = [a for a in args if a.startswith("--")]
+        assert set(flags) <= set(TABLE["dynamo"]["programs"]["dynamo.vllm"]), flags
+    workers = {s.get("subComponentType", "agg"): s["replicas"]
+               for s in services.values() if s["componentType"] == "worker"}
+    if t.layout == "cross":
+        assert workers == {"prefill": t.prefill_devices, "decode": t.decode_devices}
+    else:
+        assert workers == {"agg": t.devices}
+
+
+@pytest.mark.parametrize("case", sorted(TARGETS))
+def test_gpuprobe_plan_flags_are_our_cli(case):
+    from gpuprobe.cli.main import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices
+    plan = build_plan(TARGETS[case], "gpuprobe", "tiny")
+    files = render(plan)
+    serve = shlex.split(files["serve.sh"].split("\n")[1])
+    commands = [list(p.argv) for p in plan.processes] + [serve]
+    for argv in commands:
+        known = {s for a in sub[argv[1]]._actions for s in a.option_strings}
+        assert set(a for a in argv if a.startswith("--")) <= known, argv
+    body = json.loads(files["switch_curl.sh"].split(" -d '")[1].rsplit("'", 1)[0])
+    assert body["actor"] == "gpuprobe-apply"
+    assert body["reason"] == f"recommendation {TARGETS[case].rec_id}"
+    assert body["layout"] == TARGETS[case].layout
