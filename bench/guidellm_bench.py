@@ -124,6 +124,46 @@ def store_figures(store_path, source: str, t0: float, t1: float) -> dict:
             "itl_p50_ms": float(np.median(itl)) * 1e3 if itl else None}
 
 
+def matched(report_path: pathlib.Path, store_path, source: str) -> str:
+    """guidellm's per-request TTFT and ITL against the store's row of the same response id."""
+    from gpuprobe.store import Store
+
+    reqs = json.loads(report_path.read_text())["benchmarks"][0]["requests"]["successful"]
+    with Store.open(store_path, read_only=True) as store:
+        rows = store.requests(source=source).set_index("request_id")
+    ttft, itl = [], []
+    for r in reqs:
+        if r.get("response_id") not in rows.index:
+            continue
+        row = rows.loc[r["response_id"]]
+        t = json.loads(row.token_times) if isinstance(row.token_times, str) else row.token_times
+        ttft.append(row.ttft_s * 1e3 - r["time_to_first_token_ms"])
+        if len(t) > 1 and r.get("inter_token_latency_ms") is not None:
+            itl.append((t[-1] - t[0]) / (len(t) - 1) * 1e3 - r["inter_token_latency_ms"])
+    if not ttft:
+        return f"{source}: no request matched guidellm's response ids"
+    return (f"{source} - guidellm, the same {len(ttft)} requests: TTFT median "
+            f"{np.median(ttft):+.1f} ms (range {min(ttft):+.1f} .. {max(ttft):+.1f}), ITL "
+            f"median {np.median(itl):+.2f} ms (range {min(itl):+.2f} .. {max(itl):+.2f})")
+
+
+def report(out: pathlib.Path, args, windows: dict) -> None:
+    store = out / "bench.db"
+    (d0, d1), (t0, t1) = windows["direct"], windows["tapped"]
+    print(f"\nsmollm2-135m, {args.requests} chat requests at {args.rate} req/s, "
+          f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens (times in ms)")
+    print_table("direct: guidellm -> serve",
+                {"guidellm": guidellm_figures(out / "direct.json"),
+                 "server": store_figures(store, "server", d0, d1)})
+    print(matched(out / "direct.json", store, "server"))
+    print_table("tapped: guidellm -> tap -> serve",
+                {"guidellm": guidellm_figures(out / "tapped.json"),
+                 "tap": store_figures(store, "tap", t0, t1),
+                 "server": store_figures(store, "server", t0, t1)})
+    print(matched(out / "tapped.json", store, "tap"))
+    print(matched(out / "tapped.json", store, "server"))
+
+
 def print_table(title: str, columns: dict[str, dict]) -> None:
     names = list(columns)
     print(f"\n{title}")
@@ -147,7 +187,13 @@ def main() -> None:
     ap.add_argument("--max-queue-wait", default="10s", help="the server's admission limit")
     ap.add_argument("--timeout", type=float, default=3600, help="per guidellm run, s")
     ap.add_argument("--out", default="out/guidellm")
+    ap.add_argument("--report-only", action="store_true",
+                    help="print the tables again from --out's reports, store and windows.json")
     args = ap.parse_args()
+    if args.report_only:
+        out = pathlib.Path(args.out)
+        report(out, args, json.loads((out / "windows.json").read_text()))
+        return
 
     from gpuprobe.server.kv_transfer import free_port
     from gpuprobe.server.launch import start_server
@@ -172,15 +218,9 @@ def main() -> None:
         tap.terminate()
         tap.wait(30)
         srv.stop()
-    print(f"\nsmollm2-135m, {args.requests} chat requests at {args.rate} req/s, "
-          f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens (times in ms)")
-    print_table("direct: guidellm -> serve",
-                {"guidellm": guidellm_figures(out / "direct.json"),
-                 "server": store_figures(store, "server", d0, d1)})
-    print_table("tapped: guidellm -> tap -> serve",
-                {"guidellm": guidellm_figures(out / "tapped.json"),
-                 "tap": store_figures(store, "tap", t0, t1),
-                 "server": store_figures(store, "server", t0, t1)})
+    windows = {"direct": [d0, d1], "tapped": [t0, t1]}
+    (out / "windows.json").write_text(json.dumps(windows))
+    report(out, args, windows)
 
 
 if __name__ == "__main__":
