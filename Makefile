@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.gpuprobe-installed
 PYTEST_ARGS ?=
 
-.PHONY: test demo install system-deps bench clean
+.PHONY: test test-fast demo install system-deps bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -35,6 +35,10 @@ system-deps:
 
 test: $(STAMP) system-deps
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The edit-test loop: everything but the tests marked slow (servers, long runs; conftest.py).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/gpuprobe demo
