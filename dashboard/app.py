@@ -9,7 +9,8 @@ HERE = Path(__file__).parent / "pages"
 PAGES = [("overview.py", "Overview", ":material/dashboard:"), ("live.py", "Live", ":material/monitoring:"),
          ("workload.py", "Workload", ":material/stacked_bar_chart:"), ("model.py", "Model", ":material/rule:"),
          ("forecast.py", "Forecast", ":material/trending_up:"),
-         ("recommend.py", "Recommend", ":material/recommend:"), ("reports.py", "Reports", ":material/description:")]
+         ("recommend.py", "Recommend", ":material/recommend:"), ("reports.py", "Reports", ":material/description:"),
+         ("fleet.py", "Fleet", ":material/lan:")]
 
 st.set_page_config(page_title="gpuprobe", page_icon=":material/memory:", layout="wide")
 nav = st.navigation([st.Page(HERE / f, title=t, icon=i, default=(f == "overview.py")) for f, t, i in PAGES])

@@ -9,6 +9,9 @@ HELP = "serve the dashboard (Streamlit) over a store: counters, mix, model, fore
 
 def add_arguments(p) -> None:
     p.add_argument("--port", type=port, default=8501, help="port (default 8501)")
+    p.add_argument("--source", metavar="prometheus=URL",
+                   help="also read a fleet through this Prometheus (the Fleet page); the other pages "
+                        "read the store")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; 0.0.0.0 exposes the Apply button to the network)")
 
@@ -40,9 +43,13 @@ def run(args) -> int:
         Store.open(path, create=False).close()
     except StoreError as exc:
         raise UserError(f"--store: {exc} (make one with `gpuprobe demo` or `gpuprobe import`)") from None
+    env = {**os.environ, "GPUPROBE_STORE": str(path)}
+    if args.source:
+        from gpuprobe.sources import parse_source
+        parse_source(args.source)  # a wrong spec is one line here, not an error page
+        env["GPUPROBE_SOURCE"] = args.source
     print(f"gpuprobe dashboard: store {path}; open http://{args.host}:{args.port}", flush=True)
-    proc = subprocess.Popen(command(str(path), args.host, args.port),
-                            env={**os.environ, "GPUPROBE_STORE": str(path)})
+    proc = subprocess.Popen(command(str(path), args.host, args.port), env=env)
     signal.signal(signal.SIGTERM, lambda *_: proc.terminate())  # a stopped command stops its app
     try:
         return proc.wait()
