@@ -1,6 +1,6 @@
 # The two commands: `make test` and `make demo`. Each creates .venv when it is missing and
-# installs what it needs; as root, `make test` also installs Debian's chromium and prometheus
-# when they are absent (browser and Prometheus tests drive the real programs).
+# installs what it needs; as root, `make test` also installs Debian's chromium, prometheus and
+# poppler-utils when they are absent (browser, Prometheus and PDF tests drive the real programs).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.gpuprobe-installed
@@ -25,6 +25,7 @@ system-deps:
 	  missing=""; \
 	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	  command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	  command -v pdftotext >/dev/null 2>&1 || missing="$$missing poppler-utils"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing Debian packages:$$missing"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null \
