@@ -16,10 +16,6 @@ from gpuprobe.perf.metrics import Slo
 from gpuprobe.perf.sim_layouts import LayoutConfig
 from gpuprobe.perf.predict import predict as model_predict
 
-MAX_NUM_SEQS = 256       # simulate's defaults: an 8B model's batch on a large GPU
-NUM_BLOCKS = 40_000      # KV blocks of 16 tokens per worker
-
-
 def predict(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, rate_scale: float = 1.0,
             seed: int | None = 0) -> dict:
     """The simulator's summary (gpuprobe.perf.metrics.summarize keys) of `cand` (a
@@ -35,9 +31,9 @@ def predict(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, rate_scale
 
 
 def layout_config(cand, max_prompt: int) -> LayoutConfig:
-    """Scheduler settings of a candidate's workers: simulate's defaults, a step budget that
-    takes the longest prompt whole, and the chunked-prefill budget where the candidate has one."""
-    kw = dict(max_num_seqs=MAX_NUM_SEQS, num_blocks=NUM_BLOCKS,
+    """Scheduler settings of a candidate's workers: its batch and KV cache limits, a step
+    budget that takes the longest prompt whole, and the chunked-prefill budget where it has one."""
+    kw = dict(max_num_seqs=cand.max_num_seqs, num_blocks=cand.num_blocks,
               max_num_batched_tokens=max(2048, max_prompt))
     mixed = SchedulerConfig(role="mixed", chunked_prefill_tokens=cand.chunked_tokens, **kw)
     return LayoutConfig(mixed, SchedulerConfig(role="prefill", **kw),

@@ -70,7 +70,8 @@ def run(args) -> int:
     out = {x: predict(wl, profile, x, slo, cfg, args.seeds, args.seed) for x in layouts}
     # The searched goodput (DistServe's) beside the offered-rate figures, and the pick by the
     # one ranking rule recommend uses (gpuprobe.decide.rank).
-    cands = [Candidate(x, prefill_share=profile.prefill_share if x == "intra" else None)
+    cands = [Candidate(x, prefill_share=profile.prefill_share if x == "intra" else None,
+                       max_num_seqs=cfg.mixed.max_num_seqs, num_blocks=cfg.mixed.num_blocks)
              for x in layouts]
     rows = search_candidates(wl, profile, cands, slo, seed=args.seed)
     for x, r in zip(layouts, rows):
@@ -78,7 +79,9 @@ def run(args) -> int:
     ranked = rank(rows)
     best = ranked[0]["layout"] if ranked[0]["meets_slo"] else None
     notes = [_unserved(x, s, cfg.mixed.num_blocks) for x, s in out.items() if not s["num_completed"]]
-    if best is None:
+    if best is None and not any(s["num_completed"] for s in out.values()):
+        notes.append("no layout served the workload (no layout completed a request)")
+    elif best is None:
         near = max(rows, key=lambda r: r["at_goodput"].get("slo_attainment") or 0.0)
         notes.append(f"no layout meets these SLOs at any rate; {near['layout']} comes closest "
                      f"({near['at_goodput'].get('slo_attainment') or 0:.1%} met at the lowest rate "
