@@ -187,11 +187,3 @@ def test_simulate_picks_by_the_ranking_rule(capsys, tmp_path):
         assert s["max_goodput_rps_per_device"] > s["offered_goodput_rps_per_device"]
     assert res["best"] in res["layouts"]
     assert res["slo"]["name"] == "chat"
-
-
-def test_check_flag_without_the_check_module_is_one_line(capsys, tmp_path):
-    import importlib.util
-    if importlib.util.find_spec("gpuprobe.decide.check") is not None:
-        pytest.skip("gpuprobe.decide.check exists: its own tests cover --check")
-    rc, _, err = cli(capsys, "recommend", "--check", "1", "--store", str(tmp_path / "g.db"))
-    assert rc == 2 and "--check" in err and len(err.strip().splitlines()) == 1
