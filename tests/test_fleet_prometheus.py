@@ -170,6 +170,15 @@ def test_fleet_through_prometheus(tmp_path):
             rec = json.loads(out.stdout)
             assert rec["layout"] in ("monolithic", "intra", "cross") and rec["workload"]["name"].startswith("prometheus=")
 
+            # forecast --source: the engines' rates from Prometheus, forecast like a workload's.
+            out = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "--store", str(tmp_path / "r.db"),
+                                  "forecast", "--source", f"prometheus=http://127.0.0.1:{port}",
+                                  "--since", f"{t0:.3f}", "--until", f"{t1:.3f}", "--bucket", "2s",
+                                  "--horizon", "4s", "--json"], capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            fc = json.loads(out.stdout)
+            assert len(fc["series"]["prefill_tokens_per_s"]["mean"]) == 2 and fc["forecast_id"]
+
             # The dashboard's Fleet page reads the same through --source.
             at = _fleet_page(f"prometheus=http://127.0.0.1:{port}", tmp_path)
             assert [m.value for m in at.metric] == ["3", "4", "1"]  # hosts, GPUs, groups by model
