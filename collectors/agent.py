@@ -52,6 +52,8 @@ class Agent:
         self._stop = asyncio.Event()
         self._nvml, self._psutil = nvml, psutil
         self._errors: dict[str, str] = {}
+        self._num_dropped_reported = 0
+        self._drop_event: dict | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -101,7 +103,26 @@ class Agent:
                 self.log(f"source {name}: {text}")
         return report
 
+    def _note_drops(self) -> None:
+        """Samples dropped since the last stored event become an event, so the dashboard can
+        raise the alert (the /metrics counter alone is gone with the agent). While the store
+        refuses writes, the one pending event grows instead of a new one per flush."""
+        new = self.buffer.num_dropped - self._num_dropped_reported
+        if new <= 0:
+            return
+        pending = next((e for e in self.events if e is self._drop_event), None)
+        if pending is not None:
+            new += int(pending["message"].split()[1])  # "dropped N samples, ..."
+            self.events.remove(pending)
+        self._num_dropped_reported = self.buffer.num_dropped
+        why = f" ({self.buffer.last_error})" if self.buffer.last_error else ""
+        self._drop_event = {"ts_s": time.time(), "host": self.host, "source": "agent", "device": "",
+                            "kind": "samples_dropped",
+                            "message": f"dropped {new} samples, buffer full at {self.buffer.max_samples}{why}"}
+        self.events.append(self._drop_event)
+
     async def flush(self) -> int:
+        self._note_drops()
         rows, events = self.buffer.take(), self.events
         self.events = []
         if not rows and not events:

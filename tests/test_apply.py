@@ -142,7 +142,9 @@ def test_apply_under_streaming_load_then_check(server, capsys):
                                                     "max_num_seqs": 32})
     before, results, out, after, later = asyncio.run(_apply_under_load(srv.url, db, rid))
     for (_, n), r in zip(before + after, results + later):
-        assert r["error"] is None and r["done"] and r["chunks"] == n and r["usage"] == n, (n, r)
+        # the tiny model's random bytes: a chunk waits for the bytes that complete a character
+        assert r["error"] is None and r["done"] and r["usage"] == n and 1 <= r["chunks"] <= n \
+            and r["empty"] == 0, (n, r)
     assert out["layout"] == "monolithic" and out["chunked_prefill_tokens"] == 64
     assert out["actor"] == "gpuprobe-apply" and out["reason"] == f"recommendation {rid}"
     assert any("max_num_seqs 32" in k for k in out["kept"])

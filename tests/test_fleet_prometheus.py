@@ -170,6 +170,11 @@ def test_fleet_through_prometheus(tmp_path):
             rec = json.loads(out.stdout)
             assert rec["layout"] in ("monolithic", "intra", "cross") and rec["workload"]["name"].startswith("prometheus=")
 
+            # The dashboard's Fleet page reads the same through --source.
+            at = _fleet_page(f"prometheus=http://127.0.0.1:{port}", tmp_path)
+            assert [m.value for m in at.metric] == ["3", "4", "1"]  # hosts, GPUs, groups by model
+            assert len(at.dataframe) == 2 and not at.error
+
             # The shipped recording rules evaluate on these series.
             rec = _wait_for(lambda: src.api.query("hostname:gpuprobe_gpu_sm_util_pct:avg"), "recording rules")
             assert {lab["hostname"] for lab, _ in rec} == {"node1", "node2"}
@@ -204,6 +209,28 @@ def test_unreachable_or_wrong_source_is_one_line(tmp_path):
                              capture_output=True, text=True)
         assert out.returncode == code, (args, out.stderr)
         assert text in out.stderr and "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def _fleet_page(spec: str, tmp_path):
+    import os
+
+    from streamlit.testing.v1 import AppTest
+    Store.open(tmp_path / "dash.db").close()
+    old = {k: os.environ.get(k) for k in ("GPUPROBE_SOURCE", "GPUPROBE_STORE")}
+    os.environ.update(GPUPROBE_SOURCE=spec, GPUPROBE_STORE=str(tmp_path / "dash.db"))
+    try:
+        at = AppTest.from_file(str(DEPLOY.parent.parent / "dashboard" / "pages" / "fleet.py"),
+                               default_timeout=60).run()
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_fleet_page_says_when_prometheus_is_down(tmp_path):
+    at = _fleet_page(f"prometheus=http://127.0.0.1:{free_port('127.0.0.1')}", tmp_path)
+    assert "unreachable" in at.error[0].value and "still work" in at.error[0].value
 
 
 def test_prometheus_error_answers_are_named():

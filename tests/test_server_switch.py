@@ -52,7 +52,9 @@ def test_switch_three_times_under_load(tmp_path):
     assert [s[0] for s in switches] == [200, 200, 200], switches
     assert len(jobs) == 100
     for (_, n), r in zip(jobs, results):
-        assert r["error"] is None and r["done"] and r["chunks"] == n and r["usage"] == n, (n, r)
+        # the tiny model's random bytes: a chunk waits for the bytes that complete a character
+        assert r["error"] is None and r["done"] and r["usage"] == n and 1 <= r["chunks"] <= n \
+            and r["empty"] == 0, (n, r)
     history = layout["history"]
     assert [(h["from"], h["to"]) for h in history] == [
         (None, "monolithic"), ("monolithic", "intra"), ("intra", "cross"),

@@ -1,0 +1,53 @@
+"""Forecast: each series with its 80% and 95% intervals, the chosen model, the backtest."""
+import json
+import time
+
+import streamlit as st
+
+from gpuprobe.dashboard.charts import forecast_figure
+from gpuprobe.dashboard.common import cached, missing
+
+st.title("Forecast")
+ids = cached("forecast_ids")
+if ids.empty:
+    missing("No forecast stored.", "gpuprobe forecast --workload azure-conv --bucket 10s --horizon 60s")
+    st.stop()
+
+labels = {i: f"{r.forecast_id or 'forecast'} ({r.workload or 'live'}, "
+          f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(r.created_s))} UTC)" for i, r in enumerate(ids.itertuples())}
+pick = ids.iloc[st.selectbox("Forecast", list(labels), format_func=labels.get)]
+rows = cached("forecast", pick["forecast_id"])
+bucket_s = pick["bucket_s"]
+st.caption(f"as of {pick['as_of_s']:,.0f} s, bucket {bucket_s or float('nan'):g} s, horizon "
+           f"{pick['horizon_s'] or float('nan'):g} s" if pick["as_of_s"] is not None else "")
+
+history = None
+wl = pick["workload"]
+if wl and bucket_s and wl in set(cached("workloads")["name"]):
+    mix = cached("workload_mix", wl, float(bucket_s))
+    if mix is not None and pick["as_of_s"] is not None:
+        b = mix["buckets"]
+        history = b[b["start_s"] < pick["as_of_s"]].tail(120)  # the stretch just before the forecast
+
+models = (rows.groupby("metric").agg(model=("model", "first"), note=("note", "first"),
+                                     buckets=("target_s", "count")).reset_index())
+st.subheader("Chosen model per series")
+st.dataframe(models, hide_index=True)
+for metric, part in rows.groupby("metric", sort=False):
+    hist = history if history is not None and metric in history.columns else None
+    st.plotly_chart(forecast_figure(part, hist, metric), key=f"fc-{metric}", width="stretch")
+
+backtest = []
+for note in rows["note"].dropna().unique():
+    try:
+        parsed = json.loads(note)
+    except ValueError:
+        continue
+    if isinstance(parsed, dict) and isinstance(parsed.get("backtest"), list):
+        backtest += parsed["backtest"]
+st.subheader("Backtest")
+if backtest:
+    st.dataframe(backtest, hide_index=True)
+else:
+    missing("This forecast stored no backtest table; the command prints it.",
+            f"gpuprobe forecast --workload {wl or 'NAME'} --json")

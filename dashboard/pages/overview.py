@@ -1,0 +1,78 @@
+"""Overview: hosts, GPUs, serving engine, current layout, the latest recommendation, alerts."""
+import time
+
+import streamlit as st
+
+from gpuprobe.dashboard.charts import live_figure
+from gpuprobe.dashboard.common import cached, fmt_pct, missing, window_points
+from gpuprobe.dashboard.queries import slo_tbt_s
+
+st.title("Overview")
+o = cached("overview")
+rec = o["recommendation"]
+alerts = cached("alerts", slo_tbt_s(rec))
+
+c = st.columns(4)
+c[0].metric("Hosts", len(o["hosts"]))
+c[1].metric("GPUs", len(o["gpus"]))
+c[2].metric("Serving engines", len(o["engines"]) + len(o["serve_runs"]))
+cur = o["current"]
+c[3].metric("Current layout", cur["layout"] if cur else "unknown",
+            help="the last successful layout switch, or the layout the last `gpuprobe serve` started with")
+
+span = cached("span")
+if span is not None:  # the last hour at a glance; the same reads as the Live page's default window
+    start, end, points = window_points(span, 3600.0)
+    panels = cached("counter_panels", start, end, points, None, ())[:1]
+    source, req = cached("request_panels", start, end, max(1, min(points, int((end - start) / 5.0))))
+    if len(req):
+        panels.append({"title": f"Request rate ({source})", "unit": "req/s",
+                       "traces": [{"name": "arrivals", "ts_s": req["ts_s"], "value": req["requests_per_s"]}]})
+    if panels:
+        fig = live_figure(panels, cached("layout_switches", start, end), (start, end))
+        fig.update_layout(height=140 + 150 * len(panels))
+        st.markdown("**The last hour** (more on the Live page)")
+        st.plotly_chart(fig, key="glance", width="stretch", theme=None)
+
+st.subheader("Alerts")
+if not alerts:
+    st.success("No alerts: no GPU lost, no samples dropped, TBT within its SLO.")
+for a in alerts:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a["ts_s"]))
+    (st.error if a["level"] == "error" else st.warning)(f"{when} UTC: {a['text']}")
+
+st.subheader("Latest recommendation")
+if rec is None:
+    missing("No recommendation stored yet.", "gpuprobe recommend --workload azure-conv --profile profile.json")
+else:
+    share = f", prefill share {rec['prefill_share']:.0%}" if rec.get("prefill_share") else ""
+    st.markdown(f"**#{rec['id']}: {rec['layout']}{share}** for workload `{rec.get('workload')}` "
+                f"(confidence {rec.get('confidence_label') or fmt_pct(rec.get('confidence'))})")
+    m = st.columns(3)
+    gp = rec.get("max_goodput_rps_per_device")
+    m[0].metric("Goodput per device", f"{gp:.2f} req/s" if gp is not None else "n/a")
+    m[1].metric("Expected gain over the runner-up", fmt_pct(rec.get("margin")))
+    m[2].metric("Applied", "yes" if rec.get("applied_s") else "not yet")
+
+st.subheader("Hosts and GPUs")
+if not o["hosts"]:
+    missing("Nothing sampled yet.", "gpuprobe agent --scrape http://127.0.0.1:8000/metrics")
+else:
+    st.write(", ".join(o["hosts"]))
+if len(o["gpus"]):
+    st.dataframe(o["gpus"], hide_index=True)
+elif o["hosts"]:
+    missing("No GPU samples (no NVIDIA driver where the agent ran, or it was not run on a GPU host).",
+            "gpuprobe agent  # on a host with NVIDIA GPUs")
+
+st.subheader("Serving")
+if o["engines"]:
+    st.write("Engines scraped by the agent: " + ", ".join(f"`{e}`" for e in o["engines"]))
+if len(o["serve_runs"]):
+    runs = o["serve_runs"].copy()
+    for col in ("started_s", "ended_s"):  # epoch seconds as UTC times a person reads
+        runs[col] = runs[col].map(lambda t: "" if t is None or t != t else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)))
+    st.dataframe(runs.rename(columns={"started_s": "started (UTC)", "ended_s": "ended (UTC)"}), hide_index=True)
+if not o["engines"] and not len(o["serve_runs"]):
+    missing("No serving engine seen.", "gpuprobe serve --model tiny --store STORE  (or gpuprobe agent --scrape URL)")
+st.caption("Rows: " + ", ".join(f"{k} {v:,}" for k, v in o["counts"].items()))

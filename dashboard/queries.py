@@ -1,0 +1,242 @@
+"""The pages' reads: store -> plain data (DataFrames, dicts), no Streamlit, so each is cached by
+`common.cached` and tested on its own. Every time series is downsampled in the store (at most
+`max_points` buckets a series). Each function holds the store's lock: one read-only connection
+serves every browser session's thread.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from gpuprobe.store import reads
+
+# (metric, source or None, title, scale, unit): the Live page's counter panels, in order.
+GPU_PANELS = (("sm_util_pct", "gpm", "SM activity", 1.0, "%"),
+              ("sm_occupancy_pct", "gpm", "SM occupancy", 1.0, "%"),
+              ("dram_bw_util_pct", "gpm", "DRAM bandwidth", 1.0, "% of peak"),
+              ("tensor_util_pct", "gpm", "Tensor activity", 1.0, "%"),
+              ("nvml_gpu_busy_pct", "nvml", "GPU busy (NVML)", 1.0, "%"),
+              ("mem_used_bytes", "nvml", "GPU memory used", 2.0 ** -30, "GiB"),
+              ("power_w", "nvml", "Power", 1.0, "W"))
+HOST_PANELS = (("cpu_util_pct", "host", "Host CPU", 1.0, "%"),
+               ("mem_used_bytes", "host", "Host memory used", 2.0 ** -30, "GiB"))
+ENGINE_PANELS = (("num_requests_running", "engine", "Engine: requests running", 1.0, "requests"),
+                 ("prompt_tokens_per_s", "engine", "Engine: prefill tokens/s", 1.0, "tok/s"),
+                 ("generation_tokens_per_s", "engine", "Engine: decode tokens/s", 1.0, "tok/s"),
+                 ("ttft_p99_s", "engine", "Engine: TTFT p99", 1e3, "ms"),
+                 ("itl_p99_s", "engine", "Engine: TBT (ITL) p99", 1e3, "ms"))
+ALERT_KINDS = ("gpu_lost", "samples_dropped")
+DEFAULT_TBT_SLO_S = 0.2  # gpuprobe.perf.metrics.Slo's default, when no recommendation says
+
+
+def _locked(fn):
+    def run(store, *args):
+        with store._lock:
+            return fn(store, *args)
+    run.__name__ = fn.__name__
+    return run
+
+
+@_locked
+def span(store) -> tuple[float, float] | None:
+    """(first, last) time of any sample, request or layout switch, seconds since the epoch
+    (a switch after the last request still ends the window)."""
+    parts = [p for p in (reads.sample_span(store), reads.request_span(store), reads.layout_span(store)) if p]
+    return (min(p[0] for p in parts), max(p[1] for p in parts)) if parts else None
+
+
+@_locked
+def inventory(store) -> pd.DataFrame:
+    return reads.inventory(store)
+
+
+@_locked
+def counter_panels(store, start_s: float, end_s: float, max_points: int, host: str | None,
+                   devices: tuple) -> list[dict]:
+    """The counter panels with data in the window: {title, unit, traces: [{name, ts_s, value}]}.
+    GPU panels keep only `devices` (all when empty)."""
+    out = []
+    for metric, source, title, scale, unit in GPU_PANELS + HOST_PANELS + ENGINE_PANELS:
+        df = store.downsample(metric, start_s, end_s, max_points, host=host, source=source)
+        if source in ("nvml", "gpm") and devices:
+            df = df[df["device"].isin(devices)]
+        if df.empty:
+            continue
+        several = df["host"].nunique() > 1
+        traces = [{"name": f"{h} {d}" if several else str(d), "ts_s": g["ts_s"].to_numpy(),
+                   "value": g["value_mean"].to_numpy(dtype=float) * scale}
+                  for (h, d), g in df.groupby(["host", "device"], sort=True)]
+        out.append({"metric": metric, "source": source, "title": title, "unit": unit, "traces": traces})
+    return out
+
+
+@_locked
+def request_panels(store, start_s: float, end_s: float, max_points: int) -> tuple[str | None, pd.DataFrame]:
+    """(source, buckets) of the requests recorded in the window: the server's own rows when
+    there are any (a replay through the same server would count each request twice)."""
+    src = reads.request_sources(store)
+    for source in ("server", "tap", "replay", *src["source"]):
+        if source in set(src["source"]):
+            df = reads.request_buckets(store, start_s, end_s, max_points, source)
+            if len(df):
+                return source, df
+    return None, pd.DataFrame(columns=reads.REQUEST_BUCKET_COLUMNS)
+
+
+@_locked
+def layout_switches(store, start_s: float | None = None, end_s: float | None = None) -> pd.DataFrame:
+    ev = store.layout_events(since_s=start_s)
+    if end_s is not None:
+        ev = ev[ev["ts_s"] <= end_s]
+    return ev[["ts_s", "host", "from_layout", "to_layout", "prefill_share", "actor", "reason", "status"]]
+
+
+@_locked
+def overview(store) -> dict:
+    """Hosts, GPUs, engines, the current layout, the latest recommendation, counts."""
+    inv = reads.inventory(store)
+    gpus = inv[inv["source"].isin(["nvml", "gpm"])][["host", "device"]].drop_duplicates()
+    runs = store.runs()
+    serves = runs[runs["kind"] == "serve"]
+    engines = sorted({*inv[inv["source"] == "engine"]["device"]})
+    hosts = sorted({*inv["host"], *serves["host"]} - {""})
+    ev = store.layout_events()
+    ok = ev[ev["status"] == "ok"]
+    current = None
+    if len(ok):
+        last = ok.iloc[-1]
+        current = {"layout": last["to_layout"], "prefill_share": _num(last["prefill_share"]),
+                   "since_s": float(last["ts_s"]), "actor": last["actor"]}
+    elif len(serves):
+        meta = json.loads(serves.iloc[-1]["meta"] or "{}")
+        if meta.get("layout"):
+            current = {"layout": meta["layout"], "prefill_share": _num(meta.get("prefill_share")),
+                       "since_s": float(serves.iloc[-1]["started_s"]), "actor": "serve"}
+    recs = store.recommendations()
+    latest = store.recommendation(int(recs.iloc[-1]["pk"])) if len(recs) else None
+    counts = {t: store._conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+              for t in ("requests", "steps", "workloads", "recommendations", "forecasts",
+                        "validations", "decisions")}
+    return {"hosts": hosts, "gpus": gpus.reset_index(drop=True), "engines": engines,
+            "serve_runs": serves[["run_id", "host", "started_s", "ended_s", "meta"]].reset_index(drop=True),
+            "current": current, "recommendation": latest, "counts": counts,
+            "num_series": int(inv["num_metrics"].sum()) if len(inv) else 0}
+
+
+@_locked
+def alerts(store, tbt_slo_s: float | None = None, window_s: float = 300.0) -> list[dict]:
+    """{level, kind, ts_s, text}: a GPU lost, the agent dropping samples (stored events), and
+    the TBT SLO at risk: the 90th percentile of per-request median TBT over the newest
+    `window_s` of served requests at 80% or more of the target."""
+    out = []
+    ev = store._read("SELECT ts_s, host, device, kind, message FROM events WHERE kind IN "
+                     f"({', '.join('?' * len(ALERT_KINDS))}) ORDER BY ts_s DESC LIMIT 20", ALERT_KINDS)
+    for r in ev.itertuples():
+        out.append({"level": "error" if r.kind == "gpu_lost" else "warning", "kind": r.kind,
+                    "ts_s": float(r.ts_s), "text": f"{r.host}: {r.message}"})
+    target = tbt_slo_s or DEFAULT_TBT_SLO_S
+    req_span = reads.request_span(store)
+    if req_span:
+        tbt = store._read("SELECT tbt_p50_s FROM requests WHERE arrival_s >= ? AND status = 'ok' "
+                          "AND tbt_p50_s IS NOT NULL", (req_span[1] - window_s,))["tbt_p50_s"]
+        if len(tbt) and (p90 := float(np.quantile(tbt, 0.9))) >= 0.8 * target:
+            level = "error" if p90 > target else "warning"
+            out.append({"level": level, "kind": "tbt_slo", "ts_s": req_span[1],
+                        "text": f"TBT SLO at risk: p90 of per-request TBT over the last {window_s:.0f} s "
+                                f"of requests is {p90 * 1e3:.1f} ms against a target of {target * 1e3:.0f} ms"})
+    return out
+
+
+def slo_tbt_s(rec: dict | None) -> float | None:
+    """The TBT target (s) a recommendation was made for: its SLO's `tbt_s` (or another
+    `tbt..._s` key), never a percentile such as `tbt_pct`."""
+    slo = (rec or {}).get("slo") or {}
+    keys = ["tbt_s"] + [k for k in slo if k.startswith("tbt") and k.endswith("_s") and k != "tbt_s"]
+    for k in keys:
+        v = slo.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return float(v)
+    return None
+
+
+@_locked
+def workloads(store) -> pd.DataFrame:
+    return store.workloads()[["name", "created_s", "source", "format", "num_requests"]]
+
+
+@_locked
+def workload_mix(store, name: str, bucket_s: float) -> dict | None:
+    """analyze()'s buckets and change points for one workload, and its length histograms
+    (counts over log-spaced edges), or None when it has no requests."""
+    from gpuprobe.workloads.analyze import analyze
+
+    wl = store.workload(name)
+    if wl.empty:
+        return None
+    mix = analyze(wl, bucket_s=bucket_s)
+    return {"buckets": mix.buckets, "change_points_s": list(mix.change_points_s),
+            "summary": {k: v for k, v in mix.summary.items() if isinstance(v, (int, float, str))},
+            "prompt_hist": _log_hist(wl["prompt_tokens"]), "output_hist": _log_hist(wl["output_tokens"]),
+            "num_requests": len(wl), "span_s": float(wl["arrival_s"].iloc[-1])}
+
+
+def _log_hist(values: pd.Series, bins: int = 40) -> dict:
+    v = values.to_numpy(dtype=float)
+    v = v[v > 0]
+    if not len(v):
+        return {"edges": np.array([0.0, 1.0]), "counts": np.array([0])}
+    edges = np.unique(np.geomspace(max(1.0, v.min()), max(2.0, v.max() + 1), bins + 1))
+    counts, edges = np.histogram(v, edges)
+    return {"edges": edges, "counts": counts}
+
+
+@_locked
+def validations(store) -> pd.DataFrame:
+    return store.validations()
+
+
+@_locked
+def validation_body(store, pk: int) -> dict:
+    row = store._conn.execute("SELECT body FROM validations WHERE pk = ?", (int(pk),)).fetchone()
+    return json.loads(row[0]) if row and row[0] else {}
+
+
+@_locked
+def forecast_ids(store) -> pd.DataFrame:
+    """One row per stored forecast: forecast_id, workload, created_s, as_of_s, bucket_s,
+    horizon_s, metrics, models (newest first)."""
+    return store._read(
+        "SELECT forecast_id, workload, MAX(created_s) AS created_s, MAX(as_of_s) AS as_of_s, "
+        "MAX(bucket_s) AS bucket_s, MAX(horizon_s) AS horizon_s, "
+        "GROUP_CONCAT(DISTINCT metric) AS metrics, GROUP_CONCAT(DISTINCT model) AS models "
+        "FROM forecasts GROUP BY COALESCE(forecast_id, CAST(created_s AS TEXT)) ORDER BY created_s DESC")
+
+
+@_locked
+def forecast(store, forecast_id: str | None) -> pd.DataFrame:
+    return store.forecasts(forecast_id=forecast_id)
+
+
+@_locked
+def recommendations(store) -> pd.DataFrame:
+    return store.recommendations().sort_values("created_s", ascending=False)
+
+
+@_locked
+def recommendation(store, rec_id: int) -> dict | None:
+    return store.recommendation(rec_id)
+
+
+@_locked
+def decisions(store) -> pd.DataFrame:
+    return store.decisions().sort_values("ts_s", ascending=False)
+
+
+def _num(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if f != f else f

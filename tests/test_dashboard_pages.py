@@ -1,0 +1,210 @@
+"""Every dashboard page through Streamlit's AppTest, on an empty store, on a filled one, and on
+the partial stores a user meets first (only host samples, a workload without requests):
+the figures and rows that matter are asserted, and no page raises."""
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard_fill import NUM_REQUESTS, SWITCH_S, T0, fill
+from gpuprobe.store import Sample, Store
+
+PAGES = Path(__file__).resolve().parent.parent / "dashboard" / "pages"
+NAMES = ("overview", "live", "workload", "model", "forecast", "recommend", "reports")
+
+
+def page(name: str, store_path, monkeypatch) -> AppTest:
+    monkeypatch.setenv("GPUPROBE_STORE", str(store_path))
+    at = AppTest.from_file(str(PAGES / f"{name}.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(elements) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dash") / "filled.db"
+    fill(path).close()
+    return path
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_empty_store_says_what_is_missing_and_how_to_fill_it(name, tmp_path, monkeypatch):
+    Store.open(tmp_path / "empty.db").close()
+    at = page(name, tmp_path / "empty.db", monkeypatch)
+    said = texts(at.info) + texts(at.warning)
+    assert "gpuprobe" in said  # the command that fills it (or: not in this build)
+    assert not at.error
+
+
+def test_missing_store_file_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    at = page("overview", tmp_path / "nope.db", monkeypatch)
+    assert "No gpuprobe store at" in texts(at.error) and "gpuprobe demo" in texts(at.error)
+
+
+def test_overview_counts_hosts_gpus_layout_recommendation_and_alerts(filled, monkeypatch):
+    at = page("overview", filled, monkeypatch)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Hosts"] == "1" and metrics["GPUs"] == "2"
+    assert metrics["Current layout"] == "intra"  # the last switch, not the layout serve started with
+    assert metrics["Goodput per device"] == "3.25 req/s"
+    assert metrics["Expected gain over the runner-up"] == "18.0%"
+    assert "gpu1 (GPU-x) lost" in texts(at.error)
+    assert "dropped 500 samples" in texts(at.warning)
+    glance = json.loads(at.get("plotly_chart")[0].proto.spec)  # the last hour: SM activity, request rate
+    assert [a["text"].split("<")[1] for a in glance["layout"]["annotations"][:2]] == ["b>SM activity", "b>Request rate (server)"]
+
+
+def test_overview_alerts_when_tbt_nears_the_slo(tmp_path, monkeypatch):
+    store = fill(tmp_path / "slow.db")
+    store.insert_requests([{"source": "server", "request_id": f"s{i}", "arrival_s": T0 + 700 + i,
+                            "ttft_s": 0.1, "tbt_p50_s": 0.15, "status": "ok"} for i in range(20)])
+    store.close()
+    at = page("overview", tmp_path / "slow.db", monkeypatch)
+    assert "TBT SLO at risk" in texts(at.error) and "150.0 ms" in texts(at.error)  # SLO 100 ms
+
+
+def values(arr) -> np.ndarray:
+    """A trace's values from the figure's JSON: a list, or plotly's typed array (base64)."""
+    if isinstance(arr, dict):
+        return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=np.dtype(arr["dtype"]))
+    return np.asarray(arr, dtype=float)
+
+
+def live_spec(at) -> dict:
+    charts = at.get("plotly_chart")
+    assert len(charts) == 1
+    return json.loads(charts[0].proto.spec)
+
+
+def test_live_panels_share_one_axis_with_the_switch_on_every_panel(filled, monkeypatch):
+    at = page("live", filled, monkeypatch)
+    spec = live_spec(at)
+    axes = [k for k in spec["layout"] if k.startswith("yaxis")]
+    assert len(axes) == 12  # 6 GPU, 2 host, 4 request panels
+    switches = [s for s in spec["layout"]["shapes"] if s["line"].get("dash") == "dash"]
+    assert len(switches) == len(axes)
+    assert all(s["x0"] == SWITCH_S * 1000 for s in switches)  # epoch ms on a date axis
+    gpu_traces = [t for t in spec["data"] if t["yaxis"] == "y"]  # the top panel: SM activity
+    assert sorted(t["name"] for t in gpu_traces) == ["gpu0", "gpu1"]
+    assert all(len(values(t["y"])) <= 2000 for t in spec["data"])
+    rate = next(t for t in spec["data"] if t["name"] == "arrivals")
+    xaxes = [v for k, v in spec["layout"].items() if k.startswith("xaxis")]
+    assert len({a.get("matches") for a in xaxes if a.get("matches")}) == 1  # one axis: zoom one, zoom all
+    assert sum(1 for a in xaxes if a.get("matches")) == len(xaxes) - 1
+    y, x_ms = values(rate["y"]), values(rate["x"])
+    width_s = np.diff(x_ms).min() / 1000
+    assert y.sum() * width_s == pytest.approx(NUM_REQUESTS)  # req/s x bucket width = requests
+
+
+def test_live_redraws_with_new_data(filled, tmp_path, monkeypatch):
+    path = tmp_path / "grow.db"
+    fill(path).close()
+    at = page("live", path, monkeypatch)
+    before = texts(at.caption)
+    with Store.open(path) as store:
+        store.insert_samples([Sample(T0 + 900, "node-a", "gpm", "gpu0", "sm_util_pct", 99.0)])
+    at.run()
+    assert not at.exception
+    after = texts(at.caption)
+    assert before != after and "22:28:20" in after  # the cache saw the new row: newest is T0 + 900
+
+
+def test_live_on_host_samples_only_names_the_missing_gpu_and_requests(tmp_path, monkeypatch):
+    fill(tmp_path / "host.db", gpus=False, requests=False).close()
+    at = page("live", tmp_path / "host.db", monkeypatch)
+    said = texts(at.info)
+    assert "No GPU counters" in said and "gpuprobe agent" in said
+    assert "No requests recorded" in said and "gpuprobe replay" in said
+    assert len([k for k in live_spec(at)["layout"] if k.startswith("yaxis")]) == 2  # host CPU and memory
+    ov = page("overview", tmp_path / "host.db", monkeypatch)
+    assert {m.label: m.value for m in ov.metric}["GPUs"] == "0"
+    assert "No GPU samples" in texts(ov.info)
+
+
+def test_workload_two_side_by_side_and_one_without_requests(filled, tmp_path, monkeypatch):
+    at = page("workload", filled, monkeypatch)
+    assert [s.value for s in at.selectbox] == ["wl-shift", "wl-steady"]
+    assert [m.value for m in at.metric if m.label == "Requests"] == ["300", "300"]
+    assert len(at.get("plotly_chart")) == 6  # mix and two histograms each
+    assert "none" not in texts(at.caption).split("\n")[0]  # wl-shift's shift at 300 s is found
+    with Store.open(tmp_path / "w.db") as store:
+        store.save_workload("nothing", pd.DataFrame({"arrival_s": [], "prompt_tokens": [], "output_tokens": []}))
+    at = page("workload", tmp_path / "w.db", monkeypatch)
+    assert "has no requests" in texts(at.info)
+
+
+def test_model_shows_predicted_against_measured_with_spread(filled, monkeypatch):
+    at = page("model", filled, monkeypatch)
+    assert {m.label: m.value for m in at.metric}["Best measured"] == "monolithic"
+    table = at.dataframe[0].value
+    assert len(table) == 4 and set(table["layout"]) == {"monolithic", "intra"}
+    assert "0.095 .. 0.105" in set(table["replay_spread"])
+    assert len(at.get("plotly_chart")) == 1
+
+
+def test_forecast_series_with_intervals_and_model(filled, monkeypatch):
+    at = page("forecast", filled, monkeypatch)
+    models = at.dataframe[0].value
+    assert sorted(models["metric"]) == ["decode_tokens_per_s", "prefill_tokens_per_s"]
+    assert set(models["model"]) == {"ets"}
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(charts) == 2
+    names = {t["name"] for t in charts[0]["data"]}
+    assert {"95% interval", "80% interval", "forecast", "history"} <= names
+
+
+def test_recommend_ranks_candidates_and_lists_reasons_plans_and_log(filled, monkeypatch):
+    at = page("recommend", filled, monkeypatch)
+    cands = at.dataframe[0].value
+    assert list(cands["layout"]) == ["intra", "monolithic", "cross"]
+    assert list(cands["rank"]) == [1, 2, 3]
+    assert "prompt:output ratio 5.2" in texts(at.markdown)
+    assert [t.label for t in at.tabs] == ["vllm"]  # the plans stored with it
+    assert "--enable-chunked-prefill" in texts(at.code)
+    log = at.dataframe[1].value
+    assert list(log["chosen_layout"]) == ["intra"] and list(log["action"]) == ["switch"]
+
+
+def test_recommend_without_stored_plans_builds_each_engines(tmp_path, monkeypatch):
+    with Store.open(tmp_path / "p.db") as store:
+        store.insert_recommendation({"workload": "w", "layout": "intra", "prefill_share": 0.7,
+                                     "params": {"prefill_share": 0.7}})
+    at = page("recommend", tmp_path / "p.db", monkeypatch)
+    assert [t.label for t in at.tabs] == ["vllm", "sglang", "dynamo", "gpuprobe"]
+    assert "/admin/layout" in texts(at.code) and "MODEL" in texts(at.code)
+    assert "names no model" in texts(at.info)
+
+
+def test_apply_to_an_unreachable_server_changes_nothing(filled, monkeypatch):
+    at = page("recommend", filled, monkeypatch)
+    at.text_input[0].set_value("http://127.0.0.1:9")
+    at.text_input[1].set_value("secret")
+    at.checkbox[0].check()
+    at.button[0].click().run()
+    assert "Not applied: cannot reach http://127.0.0.1:9" in texts(at.error)
+    with Store.open(filled, read_only=True) as store:
+        assert store.recommendation(1)["applied_s"] is None
+
+
+def test_apply_asks_for_confirmation(filled, monkeypatch):
+    at = page("recommend", filled, monkeypatch)
+    at.text_input[1].set_value("secret")
+    at.button[0].click().run()
+    assert "Tick the confirmation" in texts(at.warning)
+
+
+def test_reports_without_the_report_command_says_so(filled, monkeypatch):
+    at = page("reports", filled, monkeypatch)
+    import importlib.util
+    if importlib.util.find_spec("gpuprobe.cli.commands.report") is None:
+        assert "not available in this build" in texts(at.warning)
+    else:
+        assert at.button[0].label == "Generate report"
