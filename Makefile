@@ -1,12 +1,12 @@
 # The two commands: `make test` and `make demo`. Each creates .venv when it is missing and
-# installs what it needs; as root, `make test` also installs Debian's chromium and prometheus
-# when they are absent (browser and Prometheus tests drive the real programs).
+# installs what it needs; as root, `make test` also installs Debian's chromium, prometheus and
+# poppler-utils when they are absent (browser, Prometheus and PDF tests drive the real programs).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.gpuprobe-installed
 PYTEST_ARGS ?=
 
-.PHONY: test demo install system-deps bench clean
+.PHONY: test test-fast demo install system-deps bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -25,6 +25,7 @@ system-deps:
 	  missing=""; \
 	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	  command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	  command -v pdftotext >/dev/null 2>&1 || missing="$$missing poppler-utils"; \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing Debian packages:$$missing"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null \
@@ -34,6 +35,10 @@ system-deps:
 
 test: $(STAMP) system-deps
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The edit-test loop: everything but the tests marked slow (servers, long runs; conftest.py).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/gpuprobe demo

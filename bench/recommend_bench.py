@@ -47,8 +47,8 @@ def main() -> int:
         print(f"{r['label']:<26} {r['max_goodput_rps_per_device']:>11.3g} {r['simulations']:>5} "
               f"{r['sim_s']:>7.2f}")
     s = rec["search"]
-    print(f"search: {s['candidates']} candidates, {s['simulations']} simulations on a "
-          f"{s['sample_requests']}-request sample, {total:.1f} s = {total / base_s:.1f}x the baseline "
+    print(f"search: {s['candidates']} candidates, {s['simulations']} simulations on "
+          f"samples of up to {s['sample_requests']} requests, {total:.1f} s = {total / base_s:.1f}x the baseline "
           f"(bar: 30 s) -> {rec['label']}")
     return 0 if total <= 30 and s["candidates"] >= 20 else 1
 

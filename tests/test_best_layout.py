@@ -45,7 +45,7 @@ def test_nan_p99_and_empty():
 
 
 def test_replay_range_is_min_and_max_per_metric():
-    from gpuprobe.perf.verdict import replay_range
+    from gpuprobe.validate.verdict import replay_range
 
     runs = [{"ttft_p50_s": 0.5, "tbt_p50_s": 0.004}, {"ttft_p50_s": 0.6, "tbt_p50_s": float("nan")},
             {"ttft_p50_s": 0.8, "tbt_p50_s": 0.004}]

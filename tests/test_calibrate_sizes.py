@@ -31,3 +31,19 @@ def test_profile_max_prompt_is_checked_before_any_request():
     assert proc.stderr.strip().splitlines() == ["gpuprobe profile: error: --max-prompt must be "
                                                 ">= 16, got 3"]
     assert prefill_sizes_for(100, 100) == (16, 32, 64, 100)
+
+
+def test_decode_bursts_reach_the_workloads_contexts():
+    from gpuprobe.perf.calibrate import DECODE_PROMPTS, decode_prompts_for
+
+    assert decode_prompts_for([100, 200, 400], 2048) == DECODE_PROMPTS  # Azure-like: as before
+    longer = decode_prompts_for([900, 1100, 1800], 2048)
+    assert longer[:len(DECODE_PROMPTS)] == DECODE_PROMPTS and longer[-1] == 1024 - 24
+    assert decode_prompts_for([700], 8192)[-1] == 700  # the median context itself
+
+
+def test_bursts_at_a_long_context_stop_at_a_small_batch():
+    from gpuprobe.perf.calibrate import DECODE_BATCHES, LONG_DECODE_MAX_BATCH, _batches_at
+
+    assert _batches_at(320, DECODE_BATCHES) == DECODE_BATCHES
+    assert max(_batches_at(1000, DECODE_BATCHES)) == LONG_DECODE_MAX_BATCH

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from gpuprobe.perf.cpu_watch import PhaseGuard
-from gpuprobe.perf.layout_probe import _front_points, _phase_cpu, _prefill_reps
+from gpuprobe.validate.cpu_watch import PhaseGuard
+from gpuprobe.validate.layout_probe import _front_points, _phase_cpu, _prefill_reps
 
 
 def _rec(prompt: int, tokens: int) -> dict:

@@ -201,10 +201,9 @@ def test_apply_asks_for_confirmation(filled, monkeypatch):
     assert "Tick the confirmation" in texts(at.warning)
 
 
-def test_reports_without_the_report_command_says_so(filled, monkeypatch):
+def test_reports_generates_the_report(filled, monkeypatch):
     at = page("reports", filled, monkeypatch)
-    import importlib.util
-    if importlib.util.find_spec("gpuprobe.cli.commands.report") is None:
-        assert "not available in this build" in texts(at.warning)
-    else:
-        assert at.button[0].label == "Generate report"
+    assert at.button[0].label == "Generate report"
+    at.button[0].click().run(timeout=120)
+    assert not at.exception and "Written" in texts(at.success)
+    assert "Download the report (HTML)" in [b.label for b in at.get("download_button")]

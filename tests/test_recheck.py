@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from gpuprobe.perf.recheck import bracket_factors, same_shape_ratio
+from gpuprobe.validate.recheck import bracket_factors, same_shape_ratio
 
 
 def steps(rows):

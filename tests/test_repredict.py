@@ -2,7 +2,7 @@
 dump is checked against the live run in test_validate.py)."""
 import pickle
 
-from gpuprobe.perf.repredict import main
+from gpuprobe.validate.repredict import main
 
 
 def test_a_file_that_is_not_a_dump_is_named(tmp_path, capsys):

@@ -175,7 +175,7 @@ def test_a_server_that_fails_to_start_is_explained_by_its_log(tmp_path):
 
 
 def test_validate_keeps_its_logs_after_a_failure_only():
-    from gpuprobe.perf.validate import _log_dir
+    from gpuprobe.validate.run import _log_dir
 
     with _log_dir(None) as ok:
         assert os.path.isdir(ok)
@@ -189,7 +189,7 @@ def test_validate_keeps_its_logs_after_a_failure_only():
 # ---- the time budget (problem 9) ------------------------------------------------------------
 
 def test_phase_guard_does_not_wait_when_the_phase_itself_is_not_covered():
-    from gpuprobe.perf.cpu_watch import PhaseGuard
+    from gpuprobe.validate.cpu_watch import PhaseGuard
 
     ran = []
     guard = PhaseGuard(time.monotonic() + 20, phases_left=1, phase_s=30, max_wait_s=30)

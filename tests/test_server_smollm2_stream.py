@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import statistics
 import time
 
 import aiohttp
@@ -138,14 +137,17 @@ def test_large_prompts_do_not_stall_health_or_a_stream(server):
     baseline = [b - a for a, b in health if a < windows[0][0]]
     during = [b - a for a, b in _overlapping(health, windows)]
     assert during, "no /health probe overlapped the large requests"
-    health_delay = max(during) - statistics.median(baseline)
+    # Delay: beyond the slowest the same probes (or the same stream's gaps) took without a
+    # large prompt, so the machine's own scheduling noise on a shared VM is not counted.
+    # Tokenising 1 MB on the event loop took 1.2 s here: far past the 100 ms allowed.
+    health_delay = max(during) - max(baseline)
     assert health_delay < 0.1, (health_delay, during, baseline)
     gaps = [(a, b) for a, b in zip(r["times"], r["times"][1:])]
     stream_gaps_during = [b - a for a, b in _overlapping(gaps, windows)]
-    usual_gap = statistics.median(b - a for a, b in gaps)
+    usual = [b - a for a, b in gaps if (a, b) not in _overlapping(gaps, windows)]
     assert r["usage"] == 40 and all(c["text"] for c in r["chunks"][:-1])
-    stream_delay = max(stream_gaps_during, default=usual_gap) - usual_gap
-    assert stream_delay < 0.1, (stream_delay, stream_gaps_during, usual_gap)
+    stream_delay = max(stream_gaps_during, default=0.0) - max(usual, default=0.0)
+    assert stream_delay < 0.1, (stream_delay, stream_gaps_during, usual)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         with Store.open(server.store_path, read_only=True) as store:

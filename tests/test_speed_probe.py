@@ -4,7 +4,7 @@ import time
 import numpy as np
 import pytest
 
-from gpuprobe.perf.speed_probe import ratio, replay_factors, slowness, worker_cores
+from gpuprobe.validate.speed_probe import ratio, replay_factors, slowness, worker_cores
 
 
 def _rows(t0, seconds, per_core_s):
@@ -56,7 +56,7 @@ def test_worker_cores_match_the_servers_split():
 def test_the_probe_process_reads_every_core_and_stops():
     import os
 
-    from gpuprobe.perf.speed_probe import SpeedProbe
+    from gpuprobe.validate.speed_probe import SpeedProbe
     cores = tuple(sorted(os.sched_getaffinity(0)))[:2]
     with SpeedProbe(cores, period_s=0.05) as probe:
         assert probe.wait_ready(60)

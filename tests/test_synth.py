@@ -46,3 +46,21 @@ def test_cli_saves_workload(tmp_path, capsys):
         assert rc == 0 and out["requests"] == len(store.workload("s")) > 100
         assert store.workload_meta("s")["params"]["seed"] == 1
     assert main(["synth", "--name", "s", "--store", db]) == 2  # exists
+
+
+def test_cli_scales_the_source_lengths(tmp_path, capsys):
+    """--prompt-scale / --output-scale: the same draw (same seed) with its lengths multiplied."""
+    db = str(tmp_path / "s.db")
+    base = ["synth", "--rate", "2", "--duration", "120", "--seed", "3", "--store", db, "--json"]
+    assert main([*base, "--name", "plain"]) == 0
+    assert main([*base, "--name", "long", "--prompt-scale", "10", "--output-scale", "5"]) == 0
+    capsys.readouterr()
+    with Store.open(db) as store:
+        plain, long = store.workload("plain"), store.workload("long")
+        assert store.workload_meta("long")["params"]["prompt_scale"] == 10.0
+    assert np.allclose(long["arrival_s"], plain["arrival_s"])
+    assert (long["prompt_tokens"] == plain["prompt_tokens"] * 10).all()
+    assert (long["output_tokens"] == plain["output_tokens"] * 5).all()
+    with pytest.raises(SystemExit) as bad:
+        main(["synth", "--name", "x", "--prompt-scale", "0", "--store", db])
+    assert bad.value.code == 2 and "--prompt-scale" in capsys.readouterr().err

@@ -4,7 +4,7 @@ import math
 import pandas as pd
 
 from gpuprobe.perf.metrics import Slo, first_gap_shares
-from gpuprobe.perf.verdict import measured_summary
+from gpuprobe.validate.verdict import measured_summary
 
 
 def test_first_gap_shares_counts_and_the_p99_tail():
@@ -33,8 +33,8 @@ def test_measured_summary_carries_the_pool():
 
 
 def test_server_tbt_reads_the_replay_window_from_a_real_store(tmp_path):
-    from gpuprobe.perf.server_tbt import server_tbt
-    from gpuprobe.perf.verdict import median_summary
+    from gpuprobe.validate.server_tbt import server_tbt
+    from gpuprobe.perf.predict import median_summary
     from gpuprobe.store import Store
 
     db = tmp_path / "server.db"

@@ -8,7 +8,8 @@ pytest.importorskip("gpuprobe.server.launch", reason="reference server not avail
 pytest.importorskip("gpuprobe.workloads.replay", reason="replay not available")
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.slow
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("interleave", [False, True], ids=["one-pass", "interleaved"])
 def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, interleave):
     import pickle
@@ -16,14 +17,14 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     import pandas as pd
 
     from gpuprobe.perf.metrics import Slo
-    from gpuprobe.perf.validate import COMPARED, ValidateOptions, run_validate
+    from gpuprobe.validate.run import COMPARED, ValidateOptions, run_validate
     from gpuprobe.workloads.loading import bundled_trace
     raw = pd.read_csv(bundled_trace("azure-conv"), nrows=40)
     ts = pd.to_datetime(raw["TIMESTAMP"])
     wl = pd.DataFrame({"arrival_s": (ts - ts.iloc[0]).dt.total_seconds(),
                        "prompt_tokens": raw["ContextTokens"], "output_tokens": raw["GeneratedTokens"]})
     opts = ValidateOptions(layouts=("monolithic", "intra"), limit=16, token_scale=0.05,
-                           slo=Slo(1.0, 0.1), time_budget_s=1.0, quiet_wait_s=0.0,  # no waits
+                           slo=Slo(1.0, 0.1), budget_s=200.0, quiet_wait_s=0.0,  # no waits
                            replays=2, interleave=interleave,
                            calibration=(("prefill_sizes", (16, 32, 64, 128, 256)), ("reps", 1),
                                         ("decode_batches", (1, 2, 4, 8, 16)), ("decode_prompts", (32,)),
@@ -56,16 +57,19 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     drift = doc["speed_drift"]
     assert [set(f) for f in drift["intra"]] == [{"intra.prefill", "intra.decode"}] * 2
     assert all(0.2 < v < 5 for f in drift["monolithic"] + drift["intra"] for v in f.values())
-    assert set(doc["unadjusted"]) >= {"monolithic", "intra", "best_predicted"}
+    assert set(doc["without_host_effects"]) >= {"monolithic", "intra", "best_predicted"}
+    assert doc["host_effects"]["applied"]["intra"] == ["front_cpu", "speed_drift"]
     assert set(doc["recheck"]) == {"monolithic", "intra"}
     assert all(v is None or 0.5 <= v <= 2.0 for r in doc["recheck"].values() for v in r.values())
     # the dump holds what the predictions were made from, and every step the servers took
     with open(tmp_path / "dump.pkl", "rb") as fh:
         dump = pickle.load(fh)
-    assert len(dump["schedule"]) == 16 and set(dump["probes"]) == {"monolithic", "intra"}
-    # the default load: the busiest stretch at half the capacity, unless raised to end in time
     w = doc["workload"]
-    assert w["basis"] == "peak" and w["peak_load"] >= 0.5 - 1e-9 and w["span_s"] <= 30.0 + 1e-6
+    assert len(dump["schedule"]) == w["replayed_requests"] == doc["plan"]["requests_per_replay"]
+    assert set(dump["probes"]) == {"monolithic", "intra"}
+    # the default load: the busiest stretch at half the capacity, never raised to fit
+    assert w["basis"] == "peak" and w["load"] == 0.5 and w["peak_load"] <= 0.5 * 1.02 + 1e-9
+    assert doc["wall_s"] <= opts.budget_s + 30  # the budget caps the run (one phase's overrun)
     assert dump["schedule"]["arrival_s"].iloc[-1] == pytest.approx(w["span_s"])
     steps = dump["probes"]["intra"]["all_steps"]
     assert set(steps["role"]) == {"prefill", "decode"}
@@ -76,7 +80,7 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     mine = reqs[reqs["arrival_s"].between(r["arrival_s"].min() - 0.5, r["finish_s"].max())]
     assert len(mine) >= len(r) and mine["kv_handoff_s"].notna().sum() >= len(r) // 2  # handoffs
     # re-predicted offline from the dump, the same predictions and measurements to the digit
-    from gpuprobe.perf.repredict import repredict
+    from gpuprobe.validate.repredict import repredict
     again = repredict(dump)
     assert [(r["predicted"], r["measured"]) for r in again["rows"]] == \
         [(r["predicted"], r["measured"]) for r in doc["rows"]]
@@ -88,10 +92,10 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
         assert len(passes) == 1 and passes[0]["window"][1] <= windows[0][0] <= windows[-1][1]
         assert windows[-1][1] <= probe["recheck_window"][0]
         return
-    # a pass after each replay, except one between replays that the budget (1 s here) has
-    # no room for; the pass after the last replay always runs; every pass is in the fit
-    assert len(windows) == 2 and len(passes) == 2  # pass, replay, (skipped), replay, pass
-    assert passes[0]["window"][1] <= windows[0][0] and windows[1][1] <= passes[1]["window"][0]
+    # a pass after each replay as the plan keeps them (the one between the replays may go
+    # to fit the budget), the pass after the last replay always; every pass is in the fit
+    assert len(windows) == 2 and 2 <= len(passes) <= doc["plan"]["calibration_passes"] <= 3
+    assert passes[0]["window"][1] <= windows[0][0] and windows[1][1] <= passes[-1]["window"][0]
     assert len(probe["cal_steps"]) == sum(len(p["steps"]) for p in passes)
     assert probe["calibrate_windows"] == [p["window"] for p in passes]
 
@@ -104,20 +108,21 @@ def _check_sim_seeds(dump: dict) -> None:
     import numpy as np
 
     from gpuprobe.perf.contention import stretched
-    from gpuprobe.perf.layout_probe import scheduler_configs
-    from gpuprobe.perf.repredict import dump_drift, probes_from_dump
-    from gpuprobe.perf.validate import _contended, predict_layouts
-    from gpuprobe.perf.validate_drift import scaled_front
+    from gpuprobe.validate.layout_probe import scheduler_configs
+    from gpuprobe.perf.predict import _contended, _scaled_front
+    from gpuprobe.validate.repredict import dump_drift, probes_from_dump
+    from gpuprobe.validate.run import predict_layouts
 
     opts = replace(dump["options"], sim_seeds=3)
     probes = probes_from_dump(dump, opts)
     drift = dump_drift(dump, probes, opts)
     profile, predicted, _, _ = predict_layouts(dump["schedule"], probes, opts, drift)
-    factors = (drift or {}).get("monolithic") or [{}] * opts.replays
+    factors = (drift or {}).get("monolithic") or [{}]
     R = len(factors)
     per_replay = [np.median([_contended(dump["schedule"], stretched(profile, f), "monolithic",
-                                        scaled_front(probes["monolithic"].front_cpu, f), opts,
-                                        scheduler_configs(probes), i + R * j)[1].summary["ttft_p50_s"]
+                                        _scaled_front(probes["monolithic"].front_cpu, f),
+                                        opts.slo, scheduler_configs(probes),
+                                        i + R * j)[1].summary["ttft_p50_s"]
                              for j in range(3)]) for i, f in enumerate(factors)]
     assert predicted["monolithic"]["ttft_p50_s"] == pytest.approx(float(np.median(per_replay)))
 
@@ -135,7 +140,7 @@ def test_cpu_watch_counts_other_processes_not_ours():
     import os
     import time
 
-    from gpuprobe.perf.cpu_watch import CpuWatch
+    from gpuprobe.validate.cpu_watch import CpuWatch
     if not os.path.exists("/proc/stat"):
         pytest.skip("needs Linux /proc")
     _foreign_spinner(2)
@@ -149,7 +154,7 @@ def test_phase_guard_repeats_a_disturbed_phase_once():
     import os
     import time
 
-    from gpuprobe.perf.cpu_watch import PhaseGuard
+    from gpuprobe.validate.cpu_watch import PhaseGuard
     if not os.path.exists("/proc/stat"):
         pytest.skip("needs Linux /proc")
     calls, said = [], []
@@ -170,7 +175,7 @@ def test_cli_device_option_reaches_the_server_launcher(tmp_path):
     import argparse
 
     from gpuprobe.cli.commands import validate as cmd
-    from gpuprobe.perf.layout_probe import LayoutProbe
+    from gpuprobe.validate.layout_probe import LayoutProbe
 
     p = argparse.ArgumentParser()
     cmd.add_arguments(p)
@@ -238,3 +243,70 @@ def test_cli_interleaves_calibration_on_cpu_not_on_cuda():
     assert _cli_options("--device", "cuda").interleave is False
     assert _cli_options("--no-interleave").interleave is False
     assert _cli_options("--device", "cuda", "--interleave").interleave is True
+
+
+def test_no_host_effects_predicts_as_simulate_does():
+    """--no-host-effects: validate measures the host effects but predicts without them."""
+    import types
+
+    from gpuprobe.perf.contention import FrontCpu
+    from gpuprobe.validate.run import host_effects_of
+
+    probes = {"monolithic": types.SimpleNamespace(front_cpu=FrontCpu(0.005, 0.001))}
+    on = host_effects_of(probes, _cli_options("--layouts", "monolithic"), {"monolithic": [{"m": 1.1}]})
+    assert on.applied("monolithic") == ["front_cpu", "speed_drift"]
+    assert host_effects_of(probes, _cli_options("--no-host-effects"), {}) is None
+
+
+@pytest.mark.timeout(30)
+def test_the_budget_stops_a_phase_in_progress_with_one_line():
+    """BudgetWatch: at the deadline the running phase's process is stopped and the run ends
+    with a line naming the budget, not minutes later."""
+    import subprocess
+    import time
+    import types
+
+    from gpuprobe.errors import GpuprobeError
+    from gpuprobe.server.launch import ServerHandle
+    from gpuprobe.validate.run import BudgetWatch
+
+    proc = subprocess.Popen(["sleep", "60"])  # stands for a server busy with a long phase
+    probe = types.SimpleNamespace(layout="monolithic", handle=ServerHandle("http://x", proc))
+    said = []
+    t0 = time.monotonic()
+    with pytest.raises(GpuprobeError, match="--budget of 1 s ran out"):
+        with BudgetWatch(t0 + 1.0, 1.0, said.append) as watch:
+            with watch.running(_Entered(probe)):
+                while proc.poll() is None and time.monotonic() - t0 < 20:  # the phase, polling
+                    time.sleep(0.05)
+                raise GpuprobeError("monolithic: requests failed")
+    assert proc.poll() is not None and time.monotonic() - t0 < 15
+    assert any("budget is spent" in m for m in said)
+
+
+class _Entered:
+    """A probe-like context (the LayoutProbe protocol: enter gives the probe)."""
+
+    def __init__(self, probe):
+        self.probe = probe
+        self.layout, self.handle = probe.layout, probe.handle
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def test_the_guard_reserves_the_plans_phases_not_the_short_ones_so_far():
+    """After the plan, a disturbed replay is not repeated on time the planned calibration
+    passes still need (the mean of the phases so far said there was room)."""
+    import time
+
+    from gpuprobe.validate.cpu_watch import PhaseGuard
+
+    guard = PhaseGuard(time.monotonic() + 100, phases_left=5, phase_s=1)
+    guard.took = [1.0, 1.0]
+    assert guard.spare_s() > 50
+    guard.replan(time.monotonic() + 100, 5, phase_s=30.0)
+    assert guard.spare_s() < 0

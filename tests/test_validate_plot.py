@@ -1,7 +1,7 @@
 """validate --plot: predicted and measured bars per metric, the measured ones with their
 range over the replays, written as a self-contained HTML file."""
-from gpuprobe.perf.verdict import COMPARED
-from gpuprobe.perf.validate_plot import PANELS, figure, write_plot
+from gpuprobe.validate.verdict import COMPARED
+from gpuprobe.validate.plot import PANELS, figure, write_plot
 
 
 def _out():
@@ -43,7 +43,7 @@ def test_a_panel_spanning_ten_times_goes_log():
 def test_cli_writes_the_plot_and_prints_the_replay_spread(tmp_path, monkeypatch, capsys):
     import argparse
 
-    import gpuprobe.perf.validate as validate
+    import gpuprobe.validate.run as validate
     from gpuprobe.cli.commands import validate as cmd
 
     out = _out()
@@ -53,7 +53,7 @@ def test_cli_writes_the_plot_and_prints_the_replay_spread(tmp_path, monkeypatch,
     monkeypatch.setattr(cmd, "load_named_workload", lambda store, name: None)
     p = argparse.ArgumentParser()
     cmd.add_arguments(p)
-    args = p.parse_args(["--workload", "x", "--plot", str(tmp_path / "v.html")])
+    args = p.parse_args(["--workload", "x", "--no-store", "--plot", str(tmp_path / "v.html")])
     args.store = None
     assert cmd.run(args) == 0
     assert (tmp_path / "v.html").stat().st_size > 0
@@ -67,7 +67,7 @@ def test_a_plot_that_cannot_be_written_keeps_the_printed_results(tmp_path, monke
 
     import pytest
 
-    import gpuprobe.perf.validate as validate
+    import gpuprobe.validate.run as validate
     from gpuprobe.cli.commands import validate as cmd
     from gpuprobe.errors import UserError
 
@@ -75,7 +75,8 @@ def test_a_plot_that_cannot_be_written_keeps_the_printed_results(tmp_path, monke
     monkeypatch.setattr(cmd, "load_named_workload", lambda store, name: None)
     p = argparse.ArgumentParser()
     cmd.add_arguments(p)
-    args = p.parse_args(["--workload", "x", "--json", "--plot", str(tmp_path / "taken.html")])
+    args = p.parse_args(["--workload", "x", "--no-store", "--json", "--plot",
+                         str(tmp_path / "taken.html")])
     (tmp_path / "taken.html").mkdir()  # a directory where the file should go, made after the check
     args.store = None
     with pytest.raises(UserError, match="--plot: cannot write"):

@@ -54,7 +54,7 @@ def test_step_samples_are_the_probes_extra_step_time_over_the_same_size_back_to_
 
 
 def test_a_pass_wake_comes_from_the_steps_where_the_rows_pair_else_from_the_client():
-    from gpuprobe.perf.layout_probe import _wake_of
+    from gpuprobe.validate.layout_probe import _wake_of
 
     sweep = pd.DataFrame([_row(64, 0, 0, 0.004)])
     probes = pd.DataFrame([_row(64, 10, 10, 0.007)])

@@ -39,7 +39,7 @@ def _spread(r: dict) -> str | None:
 table["replay_spread"] = [_spread(r) for r in rows]
 table["rel_error"] = table["rel_error"].map(fmt_pct)
 st.dataframe(table, hide_index=True)
-from gpuprobe.perf.validate_plot import figure  # noqa: E402 - plotly only on this page
+from gpuprobe.validate.plot import figure  # noqa: E402 - plotly only on this page
 
 fig = figure(body)
 fig.update_layout(width=None, title=None)

@@ -21,20 +21,28 @@ recs = cached("recommendations")
 workload = st.selectbox("Workload", list(wls["name"]))
 rec_ids = [int(x) for x in recs[recs["workload"] == workload]["pk"]]
 rec = st.selectbox("Recommendation", ["latest", *rec_ids])
+want_pdf = st.checkbox("Also the PDF (printed by chromium; about a minute)", value=False)
 if st.button("Generate report", type="primary"):
     out = Path(tempfile.mkdtemp(prefix="gpuprobe-report-")) / "report.html"
     cmd = [sys.executable, "-m", "gpuprobe.cli.main", "report", "--store", store_path(),
            "--workload", workload, "--out", str(out)]
     if rec != "latest":
         cmd += ["--recommendation", str(rec)]
+    if want_pdf:
+        cmd += ["--pdf", str(out.with_suffix(".pdf"))]
     with st.spinner("gpuprobe report ..."):
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if done.returncode != 0 or not out.exists():
         st.error(f"gpuprobe report failed (exit {done.returncode}): "
                  f"{(done.stderr.strip().splitlines() or ['no message'])[-1]}")
     else:
-        st.session_state["report"] = (out.name, out.read_bytes())
-        st.success(f"Written {out}")
+        pdf = out.with_suffix(".pdf")
+        st.session_state["report"] = (out.read_bytes(), pdf.read_bytes() if pdf.exists() else None)
+        st.success(f"Written {out}" + (f" and {pdf.name}" if pdf.exists() else ""))
+        if "partial" in done.stdout:
+            st.warning(done.stdout.strip().splitlines()[-1])
 if "report" in st.session_state:
-    name, data = st.session_state["report"]
-    st.download_button("Download the report (HTML)", data, file_name=name, mime="text/html")
+    html_bytes, pdf_bytes = st.session_state["report"]
+    st.download_button("Download the report (HTML)", html_bytes, file_name="report.html", mime="text/html")
+    if pdf_bytes:
+        st.download_button("Download the report (PDF)", pdf_bytes, file_name="report.pdf", mime="application/pdf")

@@ -23,7 +23,7 @@ def check_recommendation(store, rec_id: int) -> dict:
     """{id, layout, applied_s, applied_target, num_requests, num_ok, slo, metrics: [{metric,
     predicted, measured, rel_error}], note}. UserError when the id is unknown or not applied."""
     from gpuprobe.perf.metrics import Slo
-    from gpuprobe.perf.verdict import measured_summary
+    from gpuprobe.validate.verdict import measured_summary
 
     rec = load_recommendation(store, rec_id)
     if rec.get("applied_s") is None:

@@ -17,6 +17,7 @@ from gpuprobe.perf.metrics import Slo, meets_slo
 
 MIN_SCALE = 2.0 ** -12   # below 1/4096 of the trace's rate: "meets at no rate"
 MAX_SCALE = 2.0 ** 12
+FIRST_STEP = 1.25  # then 1.56, 2.4, 5.9, 16: a near hint brackets in two runs, a far one soon
 
 
 @dataclass
@@ -36,10 +37,13 @@ class Bracket:
 
 
 def search(run: Callable[[float], dict], slo: Slo, start: float = 1.0, precision: float = 1.05,
-           tries: tuple = (), max_sims: int = 24) -> Bracket:
+           tries: tuple = (), max_sims: int = 24, out_of_reach: float = 0.0,
+           loose: float = 1.5) -> Bracket:
     """Brackets and bisects the rate scale. run(scale) -> summary. start: the first scale to
     try (a hint: the trace's own rate, or a similar candidate's answer); tries: scales to probe
-    first instead (a coarser search's bracket), where the answer is expected to lie."""
+    first instead (a coarser search's bracket), where the answer is expected to lie.
+    out_of_reach: a scale below which the answer cannot matter (another candidate is known to
+    do better): once the bracket lies wholly below it, `loose` is precision enough."""
     import time
     b = Bracket()
 
@@ -56,10 +60,16 @@ def search(run: Callable[[float], dict], slo: Slo, start: float = 1.0, precision
 
     for scale in tries or (start,):
         probe(scale)
+    step = FIRST_STEP  # a hint is usually close: a short first step, then growing ones
     while b.sims < max_sims and b.lo == 0.0 and b.hi > MIN_SCALE:
-        probe(b.hi / 4)  # halve twice a time: a first guess is often far above
+        probe(b.hi / step)
+        step = min(step * step, 16.0)
+    step = FIRST_STEP
     while b.sims < max_sims and not math.isfinite(b.hi) and b.lo < MAX_SCALE:
-        probe(b.lo * 2)
+        probe(b.lo * step)
+        step = min(step * step, 16.0)
     while b.sims < max_sims and b.lo > 0 and b.width() > precision:
+        if b.hi < out_of_reach and b.width() <= loose:
+            break
         probe(math.sqrt(b.lo * b.hi))
     return b

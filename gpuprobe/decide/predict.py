@@ -1,7 +1,8 @@
-"""The one place gpuprobe.decide runs the simulator: a candidate at a rate scale -> summary.
+"""The one place gpuprobe.decide predicts: a candidate at a rate scale -> summary.
 
 Everything that ranks layouts (the goodput search, recommend, simulate's pick, the demo)
-predicts through predict(), so switching to another prediction path changes one function.
+predicts through predict(), which goes through the model's one prediction path
+(gpuprobe.perf.predict: no host effects here, a seed's run).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from gpuprobe.engine.scheduler import SchedulerConfig
 from gpuprobe.perf.costmodel import Profile
 from gpuprobe.perf.metrics import Slo
 from gpuprobe.perf.sim_layouts import LayoutConfig
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.perf.predict import predict as model_predict
 
 MAX_NUM_SEQS = 256       # simulate's defaults: an 8B model's batch on a large GPU
 NUM_BLOCKS = 40_000      # KV blocks of 16 tokens per worker
@@ -30,7 +31,7 @@ def predict(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, rate_scale
     layout = cand.layout
     config = layout_config(cand, int(workload["prompt_tokens"].max()))
     prof = profile_for(profile, cand)
-    return simulate(wl, prof, layout, slo, config, seed).summary
+    return model_predict(wl, prof, layout, slo, config, seeds=1, first_seed=seed)
 
 
 def layout_config(cand, max_prompt: int) -> LayoutConfig:

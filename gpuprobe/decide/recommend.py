@@ -76,7 +76,7 @@ def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: in
                      **wl.attrs.get("gpuprobe_scaled", {})},
         "search": {"seconds": time.perf_counter() - t0, "candidates": len(rows),
                    "simulations": sum(r["simulations"] for r in rows),
-                   "sample_requests": rows[0]["search_requests"]},
+                   "sample_requests": max(r["search_requests"] for r in rows)},
     }
     if cost_per_device_hour is not None:
         out["cost_per_device_hour"] = cost_per_device_hour

@@ -7,8 +7,9 @@ saturate a monolithic worker is ~10 s of simulation per run (every step a mixed 
 sample keeps a 20-candidate search within seconds, and every candidate's figure comes from
 the same requests, so the ranking compares like with like.
 
-Each search starts from the best answer so far (a similar candidate's goodput is the best
-first guess) and stops at a bracket FINE_PRECISION wide. Every run first simulates the first
+Each search starts from the previous candidate's answer when that is a neighbour of the same
+layout, else from the best so far (a similar candidate's goodput is the best first guess) and stops at a bracket FINE_PRECISION wide, or 1.5x wide once it lies wholly
+below the best so far's tie band (that candidate cannot win; its row shows the bracket). Every run first simulates the first
 quarter of its requests: when these alone already miss the SLO more often than the whole run
 may, the rate fails without the rest (an overloaded run is the slowest kind, and later
 arrivals only add load to earlier requests). offered() then adds the figures at the
@@ -23,10 +24,15 @@ import pandas as pd
 
 from gpuprobe.decide.goodput import Bracket, search
 from gpuprobe.decide.predict import predict
+from gpuprobe.decide.rank import GOODPUT_TOLERANCE
 from gpuprobe.perf.costmodel import Profile
 from gpuprobe.perf.metrics import Slo
 
 SEARCH_REQUESTS = 600
+# A finite workload squeezed into less than this many typical request durations is one burst
+# that a big enough batch serves whole: no steady state, no goodput to read off it. The search
+# stops there, and the row says the workload, not the candidate, set its limit (`capped`).
+STEADY = 3.0
 FINE_PRECISION = 1.1
 SHOWN = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "slo_attainment",
          "throughput_tok_s", "offered_goodput_rps_per_device", "num_requests", "num_completed")
@@ -55,16 +61,33 @@ def search_candidates(workload: pd.DataFrame, profile: Profile, cands: list, slo
     0. progress: called with a line per candidate."""
     say = progress or (lambda _msg: None)
     r0 = base_rate(workload)
-    small = thinned(workload, sample)
     rows, best_per_dev = [], 0.0
     for i, c in enumerate(cands):
-        start = best_per_dev * c.devices / r0 if best_per_dev > 0 else 1.0
-        b = search(lambda x, c=c: _run(small, profile, c, slo, x, seed), slo,
-                   start=start, precision=FINE_PRECISION)
+        # the first guess: the previous candidate's answer where it is a neighbour of the
+        # same layout (the next share, budget or split), else the best so far
+        prev = rows[-1] if rows and rows[-1]["layout"] == c.layout else None
+        hint = prev["max_goodput_rps_per_device"] if prev and prev["meets_slo"] else best_per_dev
+        # a candidate whose goodput falls short of the tie band of the best so far cannot win:
+        # a looser bracket is enough for its row in the table
+        reach = best_per_dev * (1 - GOODPUT_TOLERANCE) * c.devices / r0
+        # a unit of d devices takes d times the requests per second: d times the sample, so
+        # its sample spans as many request durations; where the sample is still too short
+        # for a steady state at the answer (capped), twice as many, up to the whole workload
+        size, b, runs = sample * c.devices, None, []
+        while True:
+            small = thinned(workload, size)
+            start = (b.lo if b is not None and b.lo > 0 else hint * c.devices / r0) or 1.0
+            b = search(lambda x, c=c, w=small: _run(w, profile, c, slo, x, seed), slo,
+                       start=start, precision=FINE_PRECISION, out_of_reach=reach)
+            runs += b.seconds
+            if not (b.at_hi or {}).get("too_short") or len(small) >= len(workload):
+                break
+            size *= 2
+        b.seconds = runs
         rows.append(_row(c, b, r0, len(small)))
         best_per_dev = max(best_per_dev, rows[-1]["max_goodput_rps_per_device"])
         say(f"{i + 1}/{len(cands)} {c.label}: {rows[-1]['max_goodput_rps_per_device']:.3g} "
-            f"req/s/device ({b.sims} runs, {sum(b.seconds):.2f} s)")
+            f"req/s/device ({len(runs)} runs on {len(small)} requests, {sum(runs):.2f} s)")
     return rows
 
 
@@ -81,7 +104,19 @@ def offered(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, devices: i
 def _run(workload: pd.DataFrame, profile: Profile, c, slo: Slo, scale: float,
          seed: int | None) -> dict:
     """predict(), failing early where the first quarter of the requests already misses more
-    than the whole may (the summary is then the quarter's, with `partial` set)."""
+    than the whole may (the summary is then the quarter's, with `partial` set), and failing a
+    rate at which the workload is too short to show a steady state (`too_short`)."""
+    s = _predict_early(workload, profile, c, slo, scale, seed)
+    arrivals_s = float(workload["arrival_s"].iloc[-1] - workload["arrival_s"].iloc[0]) / scale
+    typical_s = (s.get("ttft_p50_s") or 0.0) + (s.get("tbt_mean_s") or 0.0) * float(
+        workload["output_tokens"].mean())
+    if s.get("slo_attainment") and arrivals_s < STEADY * typical_s:
+        return {**s, "slo_attainment": 0.0, "too_short": True}
+    return s
+
+
+def _predict_early(workload: pd.DataFrame, profile: Profile, c, slo: Slo, scale: float,
+                   seed: int | None) -> dict:
     n = len(workload)
     if n >= 200:
         head = predict(workload.iloc[: n // 4], profile, c, slo, scale, seed)
@@ -99,7 +134,8 @@ def _row(c, b: Bracket, r0: float, sample: int) -> dict:
             "goodput_bracket_rps_per_device": [b.lo * per_dev,
                                                b.hi * per_dev if b.hi != float("inf") else None],
             "rate_scale": b.lo, "meets_slo": b.at_lo is not None,
+            "capped": bool((b.at_hi or {}).get("too_short")),
             "tbt_p99_s": at.get("tbt_p99_s", float("nan")),
             "at_goodput": {k: at.get(k) for k in SHOWN},
-            "search_requests": sample, "simulations": b.sims, "sim_s": sum(b.seconds),
+            "search_requests": sample, "simulations": len(b.seconds), "sim_s": sum(b.seconds),
             "simplicity": list(c.simplicity)}

@@ -40,6 +40,33 @@ def prefill_sizes_for(max_prompt: int, max_len: int) -> tuple[int, ...]:
     return tuple(dict.fromkeys(sizes))
 
 
+LONG_DECODE_MAX_BATCH = 16  # bursts at a context past DECODE_PROMPTS' go up to this batch
+
+
+def _batches_at(prompt: int, batches) -> tuple[int, ...]:
+    """The burst sizes at a decode prompt: all of them at DECODE_PROMPTS' lengths; at a longer
+    one (decode_prompts_for) up to LONG_DECODE_MAX_BATCH, which measures the context term
+    without prefilling 64 long prompts per burst (the batch term is measured at the short
+    ones)."""
+    if prompt <= max(DECODE_PROMPTS):
+        return tuple(batches)
+    return tuple(b for b in batches if b <= LONG_DECODE_MAX_BATCH) or tuple(batches[:1])
+
+
+def decode_prompts_for(contexts, max_len: int, tokens: int = DECODE_TOKENS) -> tuple[int, ...]:
+    """DECODE_PROMPTS, plus the workload's median decode context (prompt + half its output,
+    `contexts`) where that is past twice the longest of them: the decode curve's context term
+    is then measured where the workload decodes rather than extrapolated from short bursts
+    (a workload of prompts ten times Azure's decodes at 5x the contexts DECODE_PROMPTS
+    reach). At most half the model's context, so the largest burst fits the server's
+    default KV cache."""
+    prompts = [n for n in DECODE_PROMPTS if n + tokens < max_len]
+    mid = int(np.median(np.asarray(contexts, dtype=float))) if len(contexts) else 0
+    if prompts and mid > 2 * prompts[-1]:
+        prompts.append(max(prompts[-1] + 1, min(mid, max_len // 2 - tokens)))
+    return tuple(prompts)
+
+
 def server_model(base_url: str, timeout_s: float = 10.0) -> dict:
     """The first entry of the server's GET /v1/models; {} when it lists none or does not answer
     (the endpoint is optional, and an unreachable server fails the calibration itself)."""
@@ -110,7 +137,7 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
         _check(prefill, "prefill sweep")
         decode = []
         for L in decode_prompts:
-            for B in decode_batches:
+            for B in _batches_at(L, decode_batches):
                 recs = await asyncio.gather(*(send_one(session, base + "/v1/completions",
                                                        body(L, decode_tokens), {"prompt_tokens": L})
                                               for _ in range(B)))

@@ -17,7 +17,7 @@ requests and output tokens, prompts 10x apart: prompt_token_cpu), then per reque
 output token from the prefill sweep (requests of one token) against the decode sweep (many
 tokens per request), solved for the two unknowns.
 
-Where it lands (validate._contended): for the monolithic worker, the per-request and
+Where it lands (predict._contended): for the monolithic worker, the per-request and
 per-prompt-token parts are a stall at each arrival that finds the worker busy
 (arrival_stalled), the per-token part a stretch of its busy time; for the split layouts'
 pinned workers, all are a stretch shared by the cores' idle time (busy_stretch).

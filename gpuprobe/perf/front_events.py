@@ -6,8 +6,8 @@ bursts: a request arriving (read, parse, tokenize, forward the prompt to the pre
 worker), a first token leaving the prefill worker (the front streams it and opens the
 request's token stream) and a KV import (the decode worker's own loop takes the handed-off
 request in). A decode step that one of them falls in runs long, by a draw from a wider
-spread than the steps around it. Measured on four validate runs of 2026-12-03 (decode step
-over the fitted curve, 50th / 90th / 99th percentiles): steps with no such moment 0.74-0.95
+spread than the steps around it (docs/model-log.md, "The front's bursts in the decode
+worker's steps"; decode step over the fitted curve, 50th / 90th / 99th percentiles): steps with no such moment 0.74-0.95
 / 1.26-1.53 / 2.1-2.6 in the replays, those an arrival fell in 0.92-1.94 / 2.4-4.2 /
 5.2-7.4, a first token 1.0-1.55 / 1.9-2.3 / 4.2-5.6; the calibration's own steps of each
 kind spread the same way (first tokens 1.2-1.7 / 1.9-3.2 / 3.6-6.4). Pooled, the

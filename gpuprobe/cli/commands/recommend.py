@@ -168,8 +168,8 @@ def render(rec: dict) -> str:
     if rec.get("forecast"):
         lines += ["forecast:", *(f"  {x}" for x in rec["forecast"]["lines"])]
     s = rec["search"]
-    lines.append(f"searched {s['candidates']} candidates, {s['simulations']} simulations on a "
-                 f"{s['sample_requests']}-request sample, {s['seconds']:.1f} s; stored as "
+    lines.append(f"searched {s['candidates']} candidates, {s['simulations']} simulations on "
+                 f"samples of up to {s['sample_requests']} requests, {s['seconds']:.1f} s; stored as "
                  f"recommendation {rec.get('id')}")
     return "\n".join(lines)
 

@@ -17,6 +17,11 @@ def add_arguments(p) -> None:
     p.add_argument("--cv", type=positive_float, default=1.0, help="gamma: coefficient of variation of gaps, 0.01-100 (>1 bursty)")
     p.add_argument("--lengths-from", default="azure-conv",
                    help="workload name, trace file, or bundled azure-conv / azure-code (default azure-conv)")
+    p.add_argument("--prompt-scale", type=positive_float, default=1.0, metavar="X",
+                   help="multiply the source's prompt lengths (default 1; 10 for prompts ten "
+                        "times longer)")
+    p.add_argument("--output-scale", type=positive_float, default=1.0, metavar="X",
+                   help="multiply the source's output lengths (default 1)")
     p.add_argument("--mix-shift", help="START:END mix, each neutral, decode-heavy or prefill-heavy")
     p.add_argument("--daily-cycle", action="store_true", help="modulate the rate over a day (+-50%%)")
     p.add_argument("--cycle-period", default="1d", help="period of --daily-cycle (default 1d; shorter to compress)")
@@ -35,14 +40,27 @@ def run(args) -> int:
     duration_s = parse_duration(args.duration, "--duration")
     period_s = parse_duration(args.cycle_period, "--cycle-period")
     with Store.open(args.store) as store:
-        lengths = load_workload(store, args.lengths_from)
+        lengths = _scaled(load_workload(store, args.lengths_from), args.prompt_scale,
+                          args.output_scale)
         df = synthesize(args.rate, duration_s, lengths, args.arrival, args.cv, parse_mix_shift(args.mix_shift),
                         args.daily_cycle, period_s, args.seed)
         summary = summarize(df, args.name)
-        params = {k: getattr(args, k) for k in ("rate", "arrival", "cv", "lengths_from", "mix_shift",
+        params = {k: getattr(args, k) for k in ("rate", "arrival", "cv", "lengths_from",
+                                                "prompt_scale", "output_scale", "mix_shift",
                                                 "daily_cycle", "seed")}
         store.save_workload(args.name, df, source="synth", fmt="synth", replace=args.replace,
                             meta={"summary": summary.to_dict(), "params": {**params, "duration_s": duration_s,
                                                                             "cycle_period_s": period_s}})
     print(json.dumps(summary.to_dict()) if args.json else "\n".join(summary.lines()))
     return 0
+
+
+def _scaled(lengths, prompt_scale: float, output_scale: float):
+    """The length source with its prompts and outputs multiplied (at least a token each)."""
+    import numpy as np
+
+    if prompt_scale == 1.0 and output_scale == 1.0:
+        return lengths
+    return lengths.assign(
+        prompt_tokens=np.maximum(1, np.round(lengths["prompt_tokens"] * prompt_scale)).astype("int64"),
+        output_tokens=np.maximum(1, np.round(lengths["output_tokens"] * output_scale)).astype("int64"))

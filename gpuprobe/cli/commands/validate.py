@@ -16,9 +16,9 @@ NAME = "validate"
 # change speed from minute to minute, and passes spread over the replays sample the same
 # minutes. On a GPU a pass takes about a minute and the device's speed holds: one pass.
 DEVICE_DEFAULTS = {"cpu": {"limit": 300, "token_scale": 0.1, "kv_cache_mb": None,
-                           "interleave": True},
+                           "interleave": True, "budget_s": 600.0},
                    "cuda": {"limit": 30, "token_scale": 0.5, "kv_cache_mb": 16384,
-                            "interleave": False}}
+                            "interleave": False, "budget_s": 1800.0}}
 HELP = "profile the reference server, replay a workload per layout, compare with the simulator"
 MAX_LOAD = 2.0
 
@@ -32,6 +32,20 @@ def load_fraction(text: str) -> float:
             f"must be at most {MAX_LOAD:g}, got {value:g} (a fraction of the monolithic "
             f"capacity: past 1 the queue only grows, so the latencies measure the backlog "
             f"and the run takes ever longer)")
+    return value
+
+
+def duration(text: str) -> float:
+    """--budget: a positive duration (10m, 600s, 600)."""
+    from gpuprobe.errors import UserError
+    from gpuprobe.units import parse_duration
+
+    try:
+        value = parse_duration(text, "--budget")
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
     return value
 
 
@@ -62,8 +76,9 @@ def add_arguments(p) -> None:
     p.add_argument("--load", type=load_fraction, default=None,
                    help=f"offered load as a fraction of the simulated monolithic capacity, at "
                         f"most {MAX_LOAD:g}, at the workload's busiest stretch (see "
-                        f"--load-basis; default 0.5, raised where needed for a replay to end "
-                        f"within 30 s)")
+                        f"--load-basis; default 0.5). Never raised: where a replay at this "
+                        f"load would not fit the plan, fewer requests are replayed, a window "
+                        f"around the busiest stretch")
     p.add_argument("--load-basis", choices=["peak", "mean"], default="peak",
                    help="what --load measures: 'peak' (default) the rate of the busiest 20%% "
                         "of the requests, idle gaps of the replay cut to --max-idle; 'mean' the "
@@ -98,7 +113,20 @@ def add_arguments(p) -> None:
                         "all passes pooled, so the calibration samples the machine over the same "
                         "minutes as the replays (default on cpu; about 2 minutes more than "
                         "--no-interleave, which calibrates once before the replays and "
-                        "rechecks after them; see docs/model.md)")
+                        "rechecks after them; see docs/validate.md)")
+    p.add_argument("--budget", type=duration, default=None, metavar="DURATION",
+                   help="cap on the whole run, every phase (default 10m on cpu, 30m on cuda); "
+                        "validate prints its plan before the first replay and shrinks it to "
+                        "fit, or stops with a line saying what it needs")
+    p.add_argument("--no-host-effects", action="store_true",
+                   help="predict without the host effects validate measures (the front's CPU "
+                        "and the cores' speed drift; see docs/validate.md): the prediction "
+                        "`gpuprobe simulate --profile` gives for the same schedule")
+    p.add_argument("--profile-out", type=out_file, metavar="FILE", default=None,
+                   help="write the profile validate assembles from its layouts' calibrations "
+                        "(model, target and time in its meta) for simulate and recommend")
+    p.add_argument("--no-store", action="store_true",
+                   help="do not keep the result in the store's validations table")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--plot", type=html_file, metavar="FILE.html", default=None,
                    help="also write predicted against measured, per layout and metric, as an "
@@ -109,7 +137,7 @@ def _options(args):
     from gpuprobe.errors import UserError
     from gpuprobe.perf.metrics import Slo
     from gpuprobe.perf.sim_layouts import LAYOUTS
-    from gpuprobe.perf.validate import ValidateOptions
+    from gpuprobe.validate.run import ValidateOptions
 
     layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
     bad = [x for x in layouts if x not in LAYOUTS]
@@ -128,8 +156,10 @@ def _options(args):
                            replays=args.replays, device=args.device,
                            server_opts=(("kv_cache_mb", kv_mb),) if kv_mb else (),
                            speed_probe=not args.no_speed_probe,
+                           host_effects=not args.no_host_effects,
                            interleave=dflt["interleave"] if args.interleave is None
-                           else args.interleave)
+                           else args.interleave,
+                           budget_s=dflt["budget_s"] if args.budget is None else args.budget)
 
 
 def _check_model(name: str) -> None:
@@ -162,25 +192,69 @@ def _fmt(v) -> str:
 
 def run(args) -> int:
     from gpuprobe.cli.commands.serve import require_device
-    from gpuprobe.perf.validate import run_validate
+    from gpuprobe.validate.run import run_validate
 
     opts = _options(args)
     require_device(opts.device)
+    _stop_cleanly_on_sigterm()
     wl = load_named_workload(args.store, args.workload)
     out = run_validate(wl, opts, progress=True)
+    if args.profile_out:  # before anything else can fail: the calibration is the costly part
+        _write_profile(out["profile"], args.profile_out)
+    if not args.no_store:
+        _store(args.store, args.workload, opts, out)
     if args.json:
         print(json.dumps({k: v for k, v in out.items() if k != "profile"}, default=float))
     else:
         _print_table(out)
     if args.plot:  # after the results are out: a plot that cannot be written loses nothing
         from gpuprobe.errors import UserError
-        from gpuprobe.perf.validate_plot import write_plot
+        from gpuprobe.validate.plot import write_plot
 
         try:
             write_plot(out, args.plot)
         except OSError as exc:
             raise UserError(f"--plot: cannot write {args.plot}: {exc.strerror or exc}") from exc
     return 0
+
+
+def _stop_cleanly_on_sigterm() -> None:
+    """SIGTERM (a `timeout`, a job stopped) ends the run the way Ctrl-C does, so the servers
+    it started are stopped on the way out instead of left holding the cores."""
+    import signal
+    import threading
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+
+
+def _write_profile(profile: dict, path: str) -> None:
+    from gpuprobe.errors import UserError
+
+    try:
+        with open(path, "w") as fh:
+            json.dump(profile, fh, indent=1, default=float)
+    except OSError as exc:
+        raise UserError(f"--profile-out: cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _store(store_path, workload: str, opts, out: dict) -> None:
+    """The result in the store's validations table (schema 5), for recommend and the
+    dashboard: which layout won, measured and predicted, and whether the bar was met."""
+    from gpuprobe.store import Store
+
+    body = {k: v for k, v in out.items() if k != "profile"}
+    import socket
+
+    with Store.open(store_path) as store:
+        out["validation_id"] = store.insert_validation({
+            "host": socket.gethostname(), "workload": workload, "model": opts.model, "device": opts.device,
+            "profile": json.dumps(out["profile"], default=float),
+            "best_measured": out["best_measured"], "best_predicted": out["best_predicted"],
+            "bar_met": int(bool(out["bar_met"])),
+            "body": json.dumps(body, default=float)})
 
 
 def _pct(v) -> str:
@@ -206,11 +280,13 @@ def _print_table(out: dict) -> None:
     for layout, per_replay in (out.get("speed_drift") or {}).items():
         shown = "; ".join(", ".join(f"{k.split('.')[-1]} {v:.2f}" for k, v in f.items())
                           for f in per_replay)
-        unadj = out["unadjusted"].get(layout, {}).get("median_abs_rel_error_p50")
-        print(f"{layout}: core speed vs calibration per replay (>1 slower): {shown}; "
-              f"without this correction the median |rel error| would be {_fmt(unadj)}")
-    if out.get("speed_drift"):
-        print(f"best_predicted without the speed correction: {out['unadjusted']['best_predicted']}")
+        print(f"{layout}: core speed vs calibration per replay (>1 slower): {shown}")
+    plain = out.get("without_host_effects") or {}
+    if out.get("host_effects", {}).get("measured"):
+        print("without host effects (as `simulate --profile` predicts): " + "; ".join(
+            f"{k} median |rel error| {_fmt(v.get('median_abs_rel_error_p50'))}"
+            for k, v in plain.items() if k != "best_predicted")
+            + f"; best_predicted {plain.get('best_predicted')}")
     at_server = out.get("server_tbt") or {}
     if at_server:
         print("tbt at the server's front (the load client's reading left out): " + "; ".join(

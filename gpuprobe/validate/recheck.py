@@ -1,9 +1,9 @@
 """Has the server itself sped up or slowed down since it was calibrated? A short second
 calibration after the replays answers with the workers' own steps.
 
-The speed probe (speed_probe.py) reads a proxy on the same cores; on 2026-11-29 it missed a
-monolithic worker that ran ~25% slower in its replays than calibrated, and read a prefill core
-1.1-1.3x slow whose worker was not (docs/model-log.md, code19 and conv19). The recheck asks
+The speed probe (speed_probe.py) reads a proxy on the same cores, and a proxy can miss: it
+has missed a monolithic worker that ran ~25% slower in its replays than calibrated, and read
+a prefill core 1.1-1.3x slow whose worker was not (docs/model-log.md, code19 and conv19). The recheck asks
 the worker: a few prefill and decode shapes after the last replay, each step's time against
 what the first calibration measured for the same shape (prefill tokens and prompts; decode
 batch and context per sequence in 32-token bins), the median ratio per worker. Against the

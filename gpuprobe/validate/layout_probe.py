@@ -157,7 +157,7 @@ class LayoutProbe:
         """Another calibration pass, pooled with the ones before (_fit); after it, the first
         pass's shapes give the recheck ratio (recheck.py) without a separate recheck."""
         from gpuprobe.perf.profile import worker_key
-        from gpuprobe.perf.recheck import same_shape_ratio
+        from gpuprobe.validate.recheck import same_shape_ratio
 
         guard = guard or (lambda phase, fn: fn())
         n = len(self.cal_runs) + 1
@@ -184,7 +184,7 @@ class LayoutProbe:
     def _recheck(self) -> None:
         from gpuprobe.perf.calibrate import run_calibration
         from gpuprobe.perf.profile import worker_key
-        from gpuprobe.perf.recheck import RECHECK, same_shape_ratio
+        from gpuprobe.validate.recheck import RECHECK, same_shape_ratio
 
         t_start = time.monotonic()
         cal = run_calibration(self.handle.url, vocab=self.vocab, **RECHECK)
@@ -212,7 +212,7 @@ class LayoutProbe:
 
     def _cpu_mark(self, label: str) -> tuple[str, float | None]:
         """(label, CPU s of the front process + this client process so far)."""
-        from gpuprobe.perf.cpu_watch import process_cpu_s
+        from gpuprobe.validate.cpu_watch import process_cpu_s
 
         front = process_cpu_s(self.handle.proc.pid)
         t = os.times()

@@ -1,6 +1,6 @@
 """The speed probe's child process (imports torch): time one small engine run per core, forever.
 
-    python -m gpuprobe.perf.speed_probe_main --cores 0,1 --period 0.15
+    python -m gpuprobe.validate.speed_probe_main --cores 0,1 --period 0.15
 
 Prints one line per probe, `monotonic_s core cpu_s`: the thread CPU time of two engine steps
 (a prefill of 8 two-token prompts, then one decode step) of the tiny model on that core, the

@@ -1,7 +1,7 @@
 """How fast each CPU core ran during each phase of a validation, from a small probe process.
 
-A shared VM's cores change speed on their own: measured here on 2026-11-29, with nothing else
-of ours running, a tiny-model decode step took 2.4 ms or 4.2 ms, switching every few seconds,
+A shared VM's cores change speed on their own: on the 2-core VM this was built on, with
+nothing else of ours running, a tiny-model decode step took 2.4 ms or 4.2 ms, switching every few seconds,
 and a core's state did not follow the other core's (correlation -0.17); over minutes the mix
 moved the same steps by up to 1.5x. A profile calibrated in one state and a replay run in
 another then disagree by that much before the model is at fault. The probe (see
@@ -45,7 +45,7 @@ class SpeedProbe:
     def __enter__(self) -> "SpeedProbe":
         from gpuprobe.server.launch import _die_with_parent
 
-        cmd = [sys.executable, "-m", "gpuprobe.perf.speed_probe_main",
+        cmd = [sys.executable, "-m", "gpuprobe.validate.speed_probe_main",
                "--cores", ",".join(map(str, self.cores)), "--period", str(self.period_s)]
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                       text=True, preexec_fn=_die_with_parent

@@ -5,10 +5,10 @@ client records and the speed probe's readings are what they were. So a change to
 model, the simulator or the way passes are pooled can be scored on every run dumped so far
 (GPUPROBE_VALIDATE_DUMP=path gpuprobe validate ...) without running the servers again:
 
-    python -m gpuprobe.perf.repredict run1.pkl run2.pkl          # one line per run, then the tally
-    python -m gpuprobe.perf.repredict --passes 1 --replays 3 runs/*.pkl   # as a one-pass run would
-    python -m gpuprobe.perf.repredict --no-speed-probe runs/*.pkl
-    python -m gpuprobe.perf.repredict --sim-seeds 1 runs/*.pkl   # one noise seed per replay
+    python -m gpuprobe.validate.repredict run1.pkl run2.pkl          # one line per run, then the tally
+    python -m gpuprobe.validate.repredict --passes 1 --replays 3 runs/*.pkl   # as a one-pass run would
+    python -m gpuprobe.validate.repredict --no-speed-probe runs/*.pkl
+    python -m gpuprobe.validate.repredict --sim-seeds 1 runs/*.pkl   # one noise seed per replay
 
 --passes N fits each layout on its first N calibration passes only, --replays K compares the
 first K replays only; so a run dumped with more of both (validate --replays 5) can stand for
@@ -26,19 +26,19 @@ import numpy as np
 
 from gpuprobe.errors import UserError
 from gpuprobe.perf.metrics import pick_best
-from gpuprobe.perf.validate import ValidateOptions, predict_layouts
-from gpuprobe.perf.verdict import (
+from gpuprobe.validate.run import ValidateOptions, predict_layouts
+from gpuprobe.validate.verdict import (
     BAR,
     compare,
     measured_summaries,
     median_p50_error,
-    median_summary,
     tbt_tolerance,
 )
+from gpuprobe.perf.predict import median_summary
 
 
 def load_dump(path: str) -> dict:
-    """The pickled dict validate_drift.dump_state wrote; UserError naming the file otherwise."""
+    """The pickled dict drift.dump_state wrote; UserError naming the file otherwise."""
     try:
         with open(path, "rb") as fh:
             dump = pickle.load(fh)
@@ -53,7 +53,7 @@ def probes_from_dump(dump: dict, opts: ValidateOptions, passes: int | None = Non
                      replays: int | None = None) -> dict:
     """{layout: LayoutProbe} refitted from the dump: the first `passes` calibration passes
     (all when None) pooled, the first `replays` replays (all when None)."""
-    from gpuprobe.perf.layout_probe import LayoutProbe
+    from gpuprobe.validate.layout_probe import LayoutProbe
 
     out = {}
     for layout, state in dump["probes"].items():
@@ -71,9 +71,9 @@ def probes_from_dump(dump: dict, opts: ValidateOptions, passes: int | None = Non
 
 
 def dump_drift(dump: dict, probes: dict, opts) -> dict | None:
-    """validate_drift.drift_factors from the speed probe's readings the dump kept (None
+    """drift.drift_factors from the speed probe's readings the dump kept (None
     without them or without a correction)."""
-    from gpuprobe.perf.validate_drift import drift_factors
+    from gpuprobe.validate.drift import drift_factors
 
     if dump.get("speed_rows") is None:
         return None
@@ -117,7 +117,7 @@ def _line(name: str, res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpuprobe.perf.repredict", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m gpuprobe.validate.repredict", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dumps", nargs="+", metavar="DUMP", help="files GPUPROBE_VALIDATE_DUMP wrote")
     p.add_argument("--passes", type=int, default=None, help="fit on the first N passes only")

@@ -43,16 +43,6 @@ def measured_summaries(probes: dict, layouts, slo: Slo) -> dict[str, list[dict]]
             for k in layouts}
 
 
-def median_summary(summaries: list[dict]) -> dict:
-    """Per numeric key, the median over replays (the first replay's value for the rest)."""
-    out = dict(summaries[0])
-    for k, v in out.items():
-        vals = [s.get(k) for s in summaries]
-        if isinstance(v, (int, float)) and all(isinstance(x, (int, float)) for x in vals):
-            out[k] = float(np.median(vals))
-    return out
-
-
 def replay_range(per_replay: dict[str, list[dict]]) -> dict[str, dict[str, list[float] | None]]:
     """{layout: {metric: [min, max] over its replays}}: how far one replay's figure lies from
     another's, the measurement's own precision to read each rel_error against (None with one

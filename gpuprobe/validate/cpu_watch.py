@@ -113,16 +113,30 @@ class PhaseGuard:
     """
 
     def __init__(self, deadline: float, phases_left: int, phase_s: float = 30.0,
-                 max_wait_s: float = 30.0, quiet: float = QUIET_CORES, say=lambda m: None):
+                 max_wait_s: float = 30.0, quiet: float = QUIET_CORES, say=lambda m: None,
+                 hard_deadline: float | None = None):
         self.deadline, self.phases_left, self.phase_s = deadline, phases_left, phase_s
         self.max_wait_s, self.quiet, self.say = max_wait_s, quiet, say
+        self.hard_deadline = hard_deadline  # no phase starts past it (the run's budget)
         self.took: list[float] = []  # seconds each run of a phase took
+        self.planned_phase_s: float | None = None  # the plan's mean phase (replan)
+
+    def replan(self, deadline: float, phases_left: int, phase_s: float | None = None) -> None:
+        """A new deadline for the phases, how many are left and their planned mean length
+        (validate's plan); no phase starts once it could not end by the deadline. The
+        reserve per phase is then at least the plan's: the phases run so far (one long
+        calibration pass and short replays) may say less than what is left."""
+        self.deadline, self.phases_left = deadline, phases_left
+        self.planned_phase_s = phase_s
+        if self.hard_deadline is not None:
+            self.hard_deadline = min(self.hard_deadline, deadline)
 
     def _per_phase_s(self) -> float:
         """The mean length of the phases run so far (`phase_s` before the first): validate's
         phases range from a 13 s calibration pass to a 31 s replay, so a floor at the longest
         would reserve more than the budget holds and leave no room for a wait or a repeat."""
-        return sum(self.took) / len(self.took) if self.took else self.phase_s
+        mean = sum(self.took) / len(self.took) if self.took else self.phase_s
+        return max(mean, self.planned_phase_s or 0.0)
 
     def spare_s(self) -> float:
         """Seconds the budget holds beyond the next phase and the phases left after it."""
@@ -137,6 +151,12 @@ class PhaseGuard:
         return self.deadline - time.monotonic() - next_s - self.phases_left * self._per_phase_s()
 
     def __call__(self, phase: str, fn) -> float | None:
+        if self.hard_deadline is not None and \
+                time.monotonic() + 0.5 * self._per_phase_s() > self.hard_deadline:
+            from gpuprobe.errors import GpuprobeError
+            raise GpuprobeError(f"stopped before {phase}: the time budget is spent (the machine "
+                                f"ran slower than planned); raise --budget or pass fewer "
+                                f"--layouts")
         self.phases_left = max(0, self.phases_left - 1)
         load, next_s = None, self._per_phase_s()
         for attempt in (1, 2):

@@ -1,6 +1,6 @@
 """validate's side of the speed probe (speed_probe.py): start it on the server's cores, turn
-its readings into per-replay, per-worker step-time factors, scale the front's CPU with them,
-and dump what predictions are made from for offline re-runs.
+its readings into per-replay, per-worker step-time factors (a host effect, predict.py), and
+dump what predictions are made from for offline re-runs.
 """
 from __future__ import annotations
 
@@ -34,19 +34,6 @@ def dump_state(sched, probes, speed_probe, opts=None) -> None:
                      "speed_cores": speed_probe.cores if speed_probe else None}, fh)
 
 
-def scaled_front(front, factors: dict[str, float]):
-    """The front's CPU per request and per prompt and output token, scaled by the mean drift of the workers' cores
-    (the front is not pinned; it runs wherever a core is free)."""
-    if front is None or not factors:
-        return front
-    from dataclasses import replace
-
-    f = float(np.mean(list(factors.values())))
-    return replace(front, cpu_per_request_s=front.cpu_per_request_s * f,
-                   cpu_per_token_s=front.cpu_per_token_s * f,
-                   cpu_per_prompt_token_s=front.cpu_per_prompt_token_s * f)
-
-
 def start_speed_probe(opts, say):
     """A running SpeedProbe on the cores the server will use, or a context giving None."""
     import contextlib
@@ -54,7 +41,7 @@ def start_speed_probe(opts, say):
 
     if not opts.speed_probe or opts.device != "cpu" or not hasattr(os, "sched_getaffinity"):
         return contextlib.nullcontext()
-    from gpuprobe.perf.speed_probe import SpeedProbe
+    from gpuprobe.validate.speed_probe import SpeedProbe
 
     cores = tuple(dict(opts.server_opts).get("cores") or sorted(os.sched_getaffinity(0)))
     say(f"speed probe on cores {','.join(map(str, cores))}")
@@ -65,7 +52,7 @@ def drift_factors(probe, probes: dict, opts) -> dict[str, list[dict[str, float]]
     """{layout: per replay {worker: slowness vs that layout's calibration}}; {} without a probe."""
     if probe is None:
         return {}
-    from gpuprobe.perf.speed_probe import replay_factors, worker_cores
+    from gpuprobe.validate.speed_probe import replay_factors, worker_cores
 
     rows = probe.samples()
     out = {}

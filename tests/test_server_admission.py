@@ -1,0 +1,106 @@
+"""Admission by predicted wait and what the server records of every request, on the tiny
+model: past --max-queue-wait the server answers 429 with Retry-After; refused requests are in
+the store with their status; vLLM's request_success and per-request histograms on /metrics
+equal the store's rows."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuprobe.server.launch import start_server
+from gpuprobe.store import Store
+
+pytestmark = pytest.mark.timeout(240)
+BODY = {"prompt": [1, 2, 3], "max_tokens": 20, "ignore_eos": True, "stream": True}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("adm")
+    # One sequence at a time and a 10 ms wait limit: once the server has seen one request
+    # wait behind another, any request arriving while one waits is predicted to wait longer.
+    srv = start_server("tiny", "monolithic", store=str(tmp / "s.db"), max_num_seqs=1,
+                       max_queue=64, max_queue_wait="10ms")
+    srv.store_path = tmp / "s.db"
+    try:
+        yield srv
+    finally:
+        assert srv.stop() == 0
+
+
+async def _post(s, url, body, read_all=True):
+    async with s.post(url + "/v1/completions", json=body) as r:
+        if r.status == 200 and read_all:
+            await r.read()
+        return r.status, r.headers.get("Retry-After"), (await r.json() if r.status != 200 else None)
+
+
+async def _burst(url: str, n: int):
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
+        return await asyncio.gather(*(_post(s, url, BODY) for _ in range(n)))
+
+
+def _metrics(url: str) -> dict:
+    text = requests.get(url + "/metrics", timeout=10).text
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            key = (smp.name, smp.labels.get("finished_reason") or smp.labels.get("status"))
+            out[key] = out.get(key, 0.0) + smp.value
+    return out
+
+
+def test_predicted_wait_past_the_limit_is_429_with_retry_after(server):
+    first = asyncio.run(_burst(server.url, 2))  # the second waits behind the first
+    assert [r[0] for r in first] == [200, 200]
+    results = asyncio.run(_burst(server.url, 4))
+    statuses = [r[0] for r in results]
+    assert 200 in statuses and statuses.count(429) >= 1, results
+    for status, retry_after, body in results:
+        if status == 429:
+            assert int(retry_after) >= 1 and "--max-queue-wait" in body["error"]["message"]
+
+
+def test_metrics_equal_the_store_and_refusals_are_recorded(server):
+    requests.post(server.url + "/v1/completions", data=b"{not json", timeout=30)
+    requests.post(server.url + "/v1/completions", json={"model": "other", "prompt": "x"},
+                  timeout=30)
+
+    async def aborted():  # a client that leaves after the first chunk
+        async with aiohttp.ClientSession() as s:
+            async with s.post(server.url + "/v1/completions",
+                              json={**BODY, "max_tokens": 2000}) as r:
+                await r.content.readline()
+
+    asyncio.run(aborted())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        m = _metrics(server.url)
+        finished = sum(v for (k, _), v in m.items() if k == "gpuprobe_requests_finished_total")
+        with Store.open(server.store_path, read_only=True) as store:
+            rows = store.requests(source="server")
+        if len(rows) == finished and m[("vllm:num_requests_running", None)] == 0 \
+                and m[("vllm:request_success_total", "abort")] == 1:
+            break
+        time.sleep(0.3)
+    for status, n in rows.status.value_counts().items():
+        assert m[("gpuprobe_requests_finished_total", status)] == n, status
+    assert {"http_400", "http_404", "http_429", "ok", "aborted"} <= set(rows.status)
+    refused = rows[rows.status.str.startswith("http_")]
+    assert (refused.output_tokens == 0).all() and refused.error.notna().all()
+    ran = rows[rows.status.isin(["ok", "aborted"])]
+    assert m[("vllm:request_success_total", "length")] == (ran.status == "ok").sum()
+    assert m[("vllm:request_success_total", "abort")] == (ran.status == "aborted").sum() == 1
+    assert m[("vllm:request_success_total", "stop")] == 0
+    assert m[("vllm:request_prompt_tokens_count", None)] == len(ran)
+    assert m[("vllm:request_prompt_tokens_sum", None)] == ran.prompt_tokens.sum()
+    assert m[("vllm:request_generation_tokens_sum", None)] == ran.output_tokens.sum()
+    queued = ran.queue_s.dropna()
+    assert m[("vllm:request_queue_time_seconds_count", None)] == len(queued)
+    assert m[("vllm:request_queue_time_seconds_sum", None)] == pytest.approx(queued.sum())
