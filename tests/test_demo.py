@@ -40,5 +40,9 @@ def test_demo_quick_runs_every_stage_and_leaves_its_outputs(tmp_path):
     assert len(rec) == 1 and rec[0][2] is not None  # recommended, then applied live
     assert rec[0][3] in text  # to the demo's own server, whose URL the summary prints
     assert f"decision         Run {rec[0][1]}" in text
+    assert con.execute("SELECT COUNT(*) FROM validations").fetchone()[0] >= 1  # validate kept its result
+    assert (db.parent / "report.html").stat().st_size > 10_000
+    assert (db.parent / "report.pdf").read_bytes()[:5] == b"%PDF-"
+    assert f"report (PDF)     {db.parent / 'report.pdf'}" in text
     actors = [r[0] for r in con.execute("SELECT actor FROM layout_events ORDER BY ts_s")]
     assert actors[-1] == "gpuprobe-apply"

@@ -146,7 +146,7 @@ def stage_validate(run: Run, store) -> None:
             "--limit", s.validate_requests, "--replays", 1, "--no-interleave", "--no-speed-probe",
             "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s, "--plot", plot]
     if has_command("validate", "--budget"):
-        argv += ["--budget", "4m"]
+        argv += ["--budget", s.validate_budget]
     if gpuprobe(run, "validate", *argv) == 0:
         run.made["validate plot"] = plot
     done(t)
