@@ -25,10 +25,10 @@ class Settings:
 # TTFT and TBT targets are what a 135M model on 2 CPU cores can meet at ~1 request/s (measured
 # here: TTFT p99 below a second, TBT near 50-150 ms); a GPU deployment would use --slo chat.
 FULL = Settings(model="smollm2-135m", requests=40, rate_rps=1.0, token_scale=0.05, max_prompt=128,
-                validate_requests=12, validate_layouts="monolithic,intra,cross", validate_budget="4m",
+                validate_requests=12, validate_layouts="monolithic,intra,cross", validate_budget="6m",
                 slo_ttft_s=3.0, slo_tbt_s=0.5)
 QUICK = Settings(model="tiny", requests=16, rate_rps=2.0, token_scale=0.03, max_prompt=64,
-                 validate_requests=6, validate_layouts="monolithic", validate_budget="3m",
+                 validate_requests=6, validate_layouts="monolithic", validate_budget="6m",
                  slo_ttft_s=3.0, slo_tbt_s=0.5)
 VALIDATE_MODEL = "tiny"  # validate starts and calibrates one server per layout: smollm2 thrice is minutes
 
