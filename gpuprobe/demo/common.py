@@ -77,9 +77,9 @@ def has_command(name: str, flag: str | None = None) -> bool:
     return flag is None or any(flag in a.option_strings for a in cmd._actions)
 
 
-def skipped(run: Run, piece: str) -> None:
-    say(f"  skipped: {piece} not in this build")
-    run.skipped.append(piece)
+def skipped(run: Run, piece: str, why: str = "not in this build") -> None:
+    say(f"  skipped: {piece} {why}")
+    run.skipped.append(f"{piece} {why}")
 
 
 def gpuprobe(run: Run, name: str, *argv) -> int:

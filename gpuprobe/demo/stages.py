@@ -111,7 +111,7 @@ def stage_forecast(run: Run, store) -> None:
     t = stage(f"forecast {REPLAYED}'s load (bucket 60 s, next 10 minutes)")
     if importlib.util.find_spec("gpuprobe.forecast") is None:
         return skipped(run, "forecast (gpuprobe.forecast)")
-    if has_command("forecast"):
+    if all(has_command("forecast", f) for f in ("--workload", "--bucket", "--horizon")):
         gpuprobe(run, "forecast", "--workload", REPLAYED, "--bucket", "60s", "--horizon", "10m")
     else:
         from gpuprobe.forecast import forecast_workload, store_forecast
@@ -125,7 +125,7 @@ def stage_recommend(run: Run, store) -> None:
     t = stage(f"recommend a layout for the replayed slice on 2 devices (SLO TTFT p99 <= {s.slo_ttft_s:g} s, "
               f"TBT <= {s.slo_tbt_s * 1000:.0f} ms); candidates ranked by goodput per GPU (the one rule)")
     if run.profile is None:
-        return skipped(run, "recommend (no profile: the profile stage failed)")
+        return skipped(run, "recommend", "(no profile: the profile stage failed)")
     before = len(store.recommendations())
     gpuprobe(run, "recommend", "--workload", REPLAYED, "--profile", run.profile, "--devices", 2,
              "--limit", s.requests, "--token-scale", s.token_scale, "--rate", s.rate_rps,
@@ -155,7 +155,7 @@ def stage_validate(run: Run, store) -> None:
 def stage_apply(run: Run, store) -> None:
     t = stage("apply the recommendation to the running server (live layout switch)")
     if run.recommendation is None:
-        return skipped(run, "apply (no recommendation was stored)")
+        return skipped(run, "apply", "(no recommendation was stored)")
     gpuprobe(run, "apply", "--recommendation", run.recommendation, "--target", run.url,
              "--admin-token-file", run.token_file)
     done(t)
