@@ -35,6 +35,9 @@ GUIDELLM_VERSION = "0.8.1"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
+TORCH = "torch==2.13.0"
+
+
 def ensure_guidellm() -> pathlib.Path:
     exe = VENV / "bin" / "guidellm"
     if exe.exists():
@@ -42,7 +45,9 @@ def ensure_guidellm() -> pathlib.Path:
     print(f"creating {VENV} with guidellm=={GUIDELLM_VERSION} (pip; several minutes) ...",
           flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    pip = subprocess.run([str(VENV / "bin" / "pip"), "install", "-q",
+    # torch first, pinned as the project pins it: its CPU wheel, not the several-GB CUDA build
+    # that guidellm's dependencies would otherwise pull in.
+    pip = subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", TORCH,
                           f"guidellm=={GUIDELLM_VERSION}"], capture_output=True, text=True)
     if pip.returncode != 0:
         sys.exit("guidellm_bench: cannot install guidellm from PyPI: "

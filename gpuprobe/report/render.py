@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import base64
 import html
+import tempfile
+from pathlib import Path
 
 import jinja2
 import numpy as np
+import plotly.io as pio
+
+from gpuprobe.errors import GpuprobeError, one_line
 
 from gpuprobe.report.figures import all_figures
 from gpuprobe.report.memo import memo
@@ -99,23 +104,38 @@ profile{% if profile_note %} ({{ profile_note }}){% endif %}; goodput is searche
 </body></html>"""
 
 
-def _plot(fig, interactive: bool, first: list) -> str:
-    if fig is None:
-        return ""
-    if interactive:
-        out = fig.to_html(full_html=False, include_plotlyjs=not first, config={"displaylogo": False})
-        first.append(True)
-        return f'<div class="plot">{out}</div>'
-    png = fig.to_image(format="png", width=900, height=int(fig.layout.height or 330), scale=1.5)
-    return f'<div class="plot"><img alt="{html.escape(fig.layout.title.text or "")}" ' \
-           f'src="data:image/png;base64,{base64.b64encode(png).decode()}"></div>'
+def _interactive(fig, first: list) -> str:
+    out = fig.to_html(full_html=False, include_plotlyjs=not first, config={"displaylogo": False})
+    first.append(True)
+    return f'<div class="plot">{out}</div>'
+
+
+def _static(figs: dict) -> dict[str, str]:
+    """Every plot as an <img> of its PNG, drawn in one kaleido session (one browser start);
+    tried twice, as a browser start on a loaded machine can lose a race in kaleido's page."""
+    names = list(figs)
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = [Path(tmp) / f"{n}.png" for n in names]
+        for attempt in (1, 2):
+            try:
+                pio.write_images([figs[n] for n in names], paths, format="png", width=900,
+                                 height=[int(figs[n].layout.height or 330) for n in names], scale=1.5)
+                break
+            except Exception as exc:  # noqa: BLE001 - kaleido raises its own and the browser's
+                if attempt == 2:
+                    raise GpuprobeError(f"could not draw the report's plots as images (kaleido with "
+                                        f"chromium): {one_line(str(exc))[:200]}") from None
+        return {n: f'<div class="plot"><img alt="{html.escape(figs[n].layout.title.text or "")}" '
+                   f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"></div>'
+                for n, p in zip(names, paths)}
 
 
 def render(ev: dict, interactive: bool = True) -> str:
     m = memo(ev)
     figs = all_figures(ev)
     first: list = []
-    plots = {k: _plot(figs.get(k), interactive, first) for k in ("mix", "lengths", "options", "forecast", "validate")}
+    drawn = {k: _interactive(f, first) for k, f in figs.items()} if interactive else _static(figs)
+    plots = {k: drawn.get(k, "") for k in ("mix", "lengths", "options", "forecast", "validate")}
     rec = ev["recommendation"] or {}
     body = rec.get("body") or {}
     s = ev["mix"]["summary"]

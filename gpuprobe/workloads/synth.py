@@ -9,7 +9,9 @@ The daily cycle multiplies the rate by 1 + 0.5 * sin(2 pi t / period - pi/2) (tr
 peak at half a period), applied by thinning. The mix: each source request has a prefill share
 s = prompt / (prompt + output); "decode-heavy" resamples with weight (1 - s)^4, "prefill-heavy"
 with s^4, "neutral" uniformly; at time fraction f the request comes from the end mix with
-probability f, so the mix moves linearly from the first to the second.
+probability f, so the mix moves linearly from the first to the second. With `shift_at_s` it
+moves at once instead (START before, END from then on); with `mix_every_s` it alternates,
+START for the first period, END for the next, and so on.
 """
 from __future__ import annotations
 
@@ -53,7 +55,8 @@ def _weights(share: np.ndarray, mix: str) -> np.ndarray:
 
 def synthesize(rate_rps: float, duration_s: float, lengths: pd.DataFrame, arrival: str = "poisson",
                cv: float = 1.0, mix_shift: tuple[str, str] = ("neutral", "neutral"), daily_cycle: bool = False,
-               cycle_period_s: float = 86_400.0, seed: int = 0) -> pd.DataFrame:
+               cycle_period_s: float = 86_400.0, seed: int = 0, shift_at_s: float | None = None,
+               mix_every_s: float | None = None) -> pd.DataFrame:
     """A workload DataFrame: arrival_s (s from 0), prompt_tokens, output_tokens."""
     if rate_rps <= 0 or duration_s <= 0:
         raise UserError("--rate and --duration must be more than 0")
@@ -69,6 +72,10 @@ def synthesize(rate_rps: float, duration_s: float, lengths: pd.DataFrame, arriva
     for mix in mix_shift:
         if mix not in MIXES:
             raise UserError(f"--mix-shift: {mix!r} is not one of {', '.join(MIXES)}")
+    if shift_at_s is not None and mix_every_s is not None:
+        raise UserError("--shift-at and --mix-every: give one of them")
+    if (shift_at_s is not None and shift_at_s < 0) or (mix_every_s is not None and mix_every_s <= 0):
+        raise UserError("--shift-at must be at least 0s and --mix-every more than 0s")
     if lengths is None or len(lengths) == 0:
         raise UserError("--lengths-from: the length source has no requests")
     rng = np.random.default_rng(seed)
@@ -80,6 +87,10 @@ def synthesize(rate_rps: float, duration_s: float, lengths: pd.DataFrame, arriva
     share = p_src / np.maximum(p_src + o_src, 1)
     w_start, w_end = _weights(share, mix_shift[0]), _weights(share, mix_shift[1])
     from_end = rng.random(t.size) < t / duration_s
+    if shift_at_s is not None:
+        from_end = t >= shift_at_s
+    elif mix_every_s is not None:
+        from_end = (t // mix_every_s).astype(np.int64) % 2 == 1
     pick = np.where(from_end, rng.choice(len(share), t.size, p=w_end), rng.choice(len(share), t.size, p=w_start))
     return pd.DataFrame({"arrival_s": t, "prompt_tokens": p_src[pick], "output_tokens": o_src[pick]})
 

@@ -23,6 +23,10 @@ def add_arguments(p) -> None:
     p.add_argument("--output-scale", type=positive_float, default=1.0, metavar="X",
                    help="multiply the source's output lengths (default 1)")
     p.add_argument("--mix-shift", help="START:END mix, each neutral, decode-heavy or prefill-heavy")
+    p.add_argument("--shift-at", default=None, metavar="DUR",
+                   help="--mix-shift at once at this time (e.g. 5m) instead of linearly")
+    p.add_argument("--mix-every", default=None, metavar="DUR",
+                   help="--mix-shift alternating START and END every DUR")
     p.add_argument("--daily-cycle", action="store_true", help="modulate the rate over a day (+-50%%)")
     p.add_argument("--cycle-period", default="1d", help="period of --daily-cycle (default 1d; shorter to compress)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="random seed (same seed, same workload)")
@@ -43,11 +47,13 @@ def run(args) -> int:
         lengths = _scaled(load_workload(store, args.lengths_from), args.prompt_scale,
                           args.output_scale)
         df = synthesize(args.rate, duration_s, lengths, args.arrival, args.cv, parse_mix_shift(args.mix_shift),
-                        args.daily_cycle, period_s, args.seed)
+                        args.daily_cycle, period_s, args.seed,
+                        parse_duration(args.shift_at, "--shift-at") if args.shift_at else None,
+                        parse_duration(args.mix_every, "--mix-every") if args.mix_every else None)
         summary = summarize(df, args.name)
         params = {k: getattr(args, k) for k in ("rate", "arrival", "cv", "lengths_from",
                                                 "prompt_scale", "output_scale", "mix_shift",
-                                                "daily_cycle", "seed")}
+                                                "daily_cycle", "seed", "shift_at", "mix_every")}
         store.save_workload(args.name, df, source="synth", fmt="synth", replace=args.replace,
                             meta={"summary": summary.to_dict(), "params": {**params, "duration_s": duration_s,
                                                                             "cycle_period_s": period_s}})

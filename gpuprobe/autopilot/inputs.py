@@ -1,0 +1,107 @@
+"""The autopilot's inputs, behind one adapter: the SLO, the window it reads, the forecast of
+the next interval as a workload frame, and the candidates' predictions.
+
+Predictions come from the recommender (`gpuprobe.decide`). `--candidates all` runs recommend()
+itself: every candidate's goodput found by its rate-scale search, ranked by its one rule, with
+reasons and confidence; seconds per call, and it needs a window of many requests (on a window
+of ten, the search finds no rate at which cross misses and calls its goodput infinite).
+`--candidates window` is for intervals of seconds: the three layouts the reference server
+switches between at their defaults (monolithic prefill-first, intra 50% prefill, cross 1P1D),
+each predicted at the window's own rate (decide.predict), the ones meeting the SLO
+(metrics.meets_slo) ranked by that offered goodput per device with recommend's rank(). The forecaster (`gpuprobe.forecast`) is used when installed; until then
+the last window stands for the next interval (a persistence forecast), and the audit log says
+which one ran (`forecast.source`).
+"""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pandas as pd
+
+from gpuprobe.decide.slo import parse_slo  # noqa: F401 - the autopilot's --slo is recommend's
+from gpuprobe.errors import UserError
+
+MODES = ("all", "window")
+
+
+def _have(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def window_workload(requests: pd.DataFrame) -> pd.DataFrame:
+    """The server's request rows -> a workload frame (arrival_s from the first, lengths)."""
+    df = requests[requests["status"].fillna("ok") == "ok"] if "status" in requests else requests
+    df = df.sort_values("arrival_s")
+    t0 = float(df["arrival_s"].iloc[0]) if len(df) else 0.0
+    return pd.DataFrame({"arrival_s": df["arrival_s"].to_numpy(float) - t0,
+                         "prompt_tokens": df["prompt_tokens"].to_numpy(np.int64),
+                         "output_tokens": np.maximum(df["output_tokens"].fillna(1).to_numpy(np.int64), 1)})
+
+
+def forecast_next(window_df: pd.DataFrame, window_s: float, horizon_s: float,
+                  history_df: pd.DataFrame | None = None, bucket_s: float | None = None
+                  ) -> tuple[pd.DataFrame, dict]:
+    """(the next interval's workload frame, a summary of the forecast for the audit log).
+    history_df: the longer past the forecaster fits on (None: persistence, the window as the
+    next interval); bucket_s: its bucket (default: a sixth of the window)."""
+    summary = {"window_s": window_s, "horizon_s": horizon_s, "window_requests": len(window_df),
+               "requests_per_s": len(window_df) / window_s,
+               "prefill_tokens_per_s": float(window_df["prompt_tokens"].sum()) / window_s,
+               "decode_tokens_per_s": float(window_df["output_tokens"].sum()) / window_s}
+    note = "persistence (the last window as the next interval)"
+    if history_df is not None and len(history_df) and _have("gpuprobe.forecast"):
+        from gpuprobe.decide.forecast_workload import workload_from_forecast
+        from gpuprobe.forecast import forecast_workload
+        try:
+            f = forecast_workload(history_df, bucket_s=bucket_s or max(window_s / 6.0, 0.5),
+                                  horizon_s=horizon_s)
+            wl = workload_from_forecast(history_df, f)
+        except UserError as exc:  # too little history, a constant series: persistence, and why
+            note = f"{note}; the forecaster declined: {exc}"
+        else:
+            summary.update(source="gpuprobe.forecast", forecast=_forecast_means(f),
+                           models={k: v.get("model") for k, v in (f.get("series") or {}).items()})
+            return wl, summary
+    elif history_df is not None:
+        note = f"{note}; gpuprobe.forecast is not installed"
+    summary.update(source=note)
+    return window_df, summary
+
+
+def _forecast_means(f: dict) -> dict:
+    return {name: float(np.mean(s["mean"])) if len(s.get("mean", [])) else None
+            for name, s in (f.get("series") or {}).items()}
+
+
+def predict(workload_df: pd.DataFrame, profile, slo, mode: str = "all", devices: int = 2) -> dict:
+    """{layout, params, candidates (best first, each with max_goodput_rps_per_device), source};
+    UserError (from recommend) when no candidate meets the SLO at any rate."""
+    if mode == "all":
+        from gpuprobe.decide.recommend import recommend
+        return {**recommend(workload_df, profile, slo, devices=devices), "source": "recommend"}
+    from gpuprobe.decide.candidates import Candidate
+    from gpuprobe.decide.predict import predict as predict_one
+    from gpuprobe.decide.rank import rank
+    from gpuprobe.decide.recommend import impossible, prepare
+    from gpuprobe.perf.metrics import meets_slo
+
+    wl, rows = prepare(workload_df), []
+    for c in (Candidate("monolithic"), Candidate("intra", prefill_share=0.5), Candidate("cross")):
+        s = predict_one(wl, profile, c, slo, 1.0, 0)
+        ok = meets_slo(s, slo)
+        rows.append({"label": c.label, "layout": c.layout, "params": c.params, "devices": c.devices,
+                     "meets_slo": ok, "slo_attainment": s.get("slo_attainment"),
+                     "offered_goodput_rps_per_device": s.get("offered_goodput_rps_per_device"),
+                     # what rank() orders by: the offered goodput where the SLO is met
+                     "max_goodput_rps_per_device": s.get("offered_goodput_rps_per_device") if ok else 0.0,
+                     "ttft_p99_s": s.get("ttft_p99_s"), "tbt_p99_s": s.get("tbt_p99_s"),
+                     "simplicity": list(c.simplicity)})
+    ranked = rank(rows)
+    if not ranked[0]["meets_slo"]:
+        raise UserError(impossible(ranked, slo))
+    return {"layout": ranked[0]["layout"], "params": ranked[0]["params"], "candidates": ranked,
+            "source": "the three default layouts at the window's rate, ranked by rank()"}

@@ -1,0 +1,219 @@
+"""The autopilot's loop: one decision per interval, each written to the audit log.
+
+    ap = Autopilot(store, Target(url, token), profile, slo, AutopilotConfig(url, ...))
+    ap.run(stop_event)      # until stop_event is set (SIGTERM sets it, between decisions)
+
+A decision: fill in the previous decision's outcome (what the interval since it measured),
+read the target's layout, read the window of the server's requests from the store, forecast
+the next interval, predict the candidates, ask the policy, switch when it says so (not in a
+dry run), and insert the decision. Faults at the target are logged as a decision with action
+`no-target`; nothing is changed and the next interval tries again.
+"""
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, replace
+
+from gpuprobe.autopilot import inputs, outcome
+from gpuprobe.autopilot.policy import SWITCH, PolicyConfig, PolicyState, after_switch, decide, key, observe
+from gpuprobe.autopilot.target import Target, TargetError
+from gpuprobe.errors import UserError
+
+LOCK_RENEW_S = 30.0  # well inside the store's stale-lock age (120 s)
+
+
+@dataclass(frozen=True)
+class AutopilotConfig:
+    target: str
+    interval_s: float = 30.0
+    window_s: float | None = None  # how far back each decision reads (default: one interval)
+    dry_run: bool = False
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    candidates: str = "all"  # inputs.MODES: recommend() itself, or the window mode
+    devices: int = 2         # what recommend() may lay out: the reference server's cross is 1P1D
+    forecast: bool = True    # False: the last window stands for the next interval
+    history_s: float = 600.0 # how far back the forecaster reads (buckets of one interval)
+
+    @property
+    def window(self) -> float:
+        return self.window_s or self.interval_s
+
+
+def lock_name(target: str) -> str:
+    return f"autopilot:{target.rstrip('/')}"
+
+
+class Autopilot:
+    def __init__(self, store, target: Target, profile, slo, cfg: AutopilotConfig,
+                 say=print, clock=time.time):
+        self.store, self.target, self.profile, self.slo, self.cfg = store, target, profile, slo, cfg
+        self.say, self.clock = say, clock
+        self.host = socket.gethostname()
+        self.state = PolicyState()
+        self.virtual: tuple[str, dict] | None = None  # a dry run's layout after its first "switch"
+        self.prev: tuple[int, float] | None = None    # (decision id, ts) awaiting its outcome
+        self.decisions = 0
+        self._rec_id: int | None = None
+
+    # ---- the loop -------------------------------------------------------------------------
+    def run(self, stop: threading.Event, max_decisions: int | None = None) -> int:
+        """Decide every interval until `stop` is set; returns how many decisions were made.
+        The live autopilot holds the target's lock throughout (a dry run changes nothing and
+        takes none)."""
+        name = lock_name(self.cfg.target)
+        if not self.cfg.dry_run:
+            self.store.acquire_lock(name)  # StoreError naming the holder if another runs
+        try:
+            t_next = self.clock()
+            while not stop.is_set():
+                self.step()
+                if max_decisions and self.decisions >= max_decisions:
+                    break
+                t_next += self.cfg.interval_s
+                if (late := self.clock() - t_next) > 0:  # a long switch: skip the missed ticks
+                    t_next += math.ceil(late / self.cfg.interval_s) * self.cfg.interval_s
+                while not stop.is_set() and (wait := t_next - self.clock()) > 0:
+                    stop.wait(min(wait, LOCK_RENEW_S))
+                    if not self.cfg.dry_run:
+                        self.store.renew_lock(name)
+            self.close_outcome(partial=True)
+        finally:
+            if not self.cfg.dry_run:
+                self.store.release_lock(name)
+        return self.decisions
+
+    def step(self) -> dict:
+        """One decision, written to the audit log; returns the record."""
+        now = self.clock()
+        self.close_outcome()
+        # The requests that finished in the window: the server writes a row when a request
+        # ends, so a window by arrival ending now would miss every request still running.
+        # (A window of arrivals standing back by the server's recent request time was tried:
+        # on a starved server the lag reached back into traffic a minute old.)
+        end = now
+        start = end - self.cfg.window
+        rec = {"host": self.host, "target": self.cfg.target, "ts_s": now,
+               "window_start_s": start, "window_end_s": end}
+        try:
+            seen = self.target.layout()
+        except TargetError as exc:
+            return self._log({**rec, "current_layout": self.state.layout, "action": "no-target",
+                              "reason": f"{exc.kind}: {exc}; nothing changed, retried next interval"})
+        self._observe(seen, now)
+        rows = outcome.server_requests(self.store, start, end)
+        rec["current_layout"] = self.state.layout
+        # the policy counts a lead's age on the decisions' own clock, whatever the lag
+        lead_start = now - self.cfg.window
+        if not len(rows):
+            d = decide(self.state, [], now, lead_start, self.cfg.policy, traffic=False)
+            self.state = d.state
+            return self._log({**rec, "action": "hold", "reason": d.reason,
+                              "forecast": {"window_requests": 0}})
+        hist = None
+        if self.cfg.forecast:
+            hist = inputs.window_workload(outcome.server_requests(
+                self.store, end - max(self.cfg.history_s, self.cfg.window), end))
+        wl, fsum = inputs.forecast_next(inputs.window_workload(rows), self.cfg.window,
+                                        self.cfg.interval_s, hist, self.cfg.interval_s)
+        try:
+            pred = inputs.predict(wl, self.profile, self.slo, self.cfg.candidates, self.cfg.devices)
+        except UserError as exc:  # no candidate meets the SLO at any rate: nothing to move to
+            return self._log({**rec, "forecast": fsum, "action": "hold",
+                              "reason": f"holding: {exc}"})
+        except Exception as exc:  # noqa: BLE001 - a predictor bug must not end the loop: logged
+            return self._log({**rec, "forecast": fsum, "action": "hold",
+                              "reason": f"holding: the prediction failed ({type(exc).__name__}: {exc})"})
+        if "confidence" in pred:  # recommend()'s full answer: kept, so apply/check can find it
+            from gpuprobe.decide.store import save_recommendation
+            pred["id"] = save_recommendation(self.store, pred)
+        cands = list(pred.get("candidates") or [])
+        d = decide(self.state, cands, now, lead_start, self.cfg.policy)
+        self.state = d.state
+        rec.update(forecast=fsum, candidates=cands, action=d.action, reason=d.reason,
+                   recommendation_id=pred.get("id"),
+                   predicted={"source": pred.get("source"), "gain": _finite(d.gain),
+                              "chosen": d.chosen, "current": d.current})
+        if d.chosen:
+            rec.update(chosen_layout=key(d.chosen["layout"], d.chosen.get("params")),
+                       params=d.chosen.get("params") or {})
+        if d.action == SWITCH:
+            self._rec_id = pred.get("id")
+            rec.update(self._switch(d.chosen, d.reason, now))
+        return self._log(rec)
+
+    # ---- parts ----------------------------------------------------------------------------
+    def _observe(self, seen: dict, now: float) -> None:
+        if self.state.layout is None:  # the dwell of the layout found: since its last switch
+            ok = [h for h in seen.get("history") or [] if h.get("status") == "ok"]
+            self.state = replace(self.state, layout_since_s=float(ok[-1]["ts_s"]) if ok else now)
+        layout, params = self.virtual or (seen["layout"], {
+            "prefill_share": seen.get("prefill_share"),
+            "chunked_prefill_tokens": seen.get("chunked_prefill_tokens")})
+        self.state = observe(self.state, layout, params, now)
+
+    def _switch(self, chosen: dict, reason: str, now: float) -> dict:
+        new_key = key(chosen["layout"], chosen.get("params"))
+        if self.cfg.dry_run:
+            self.virtual = (chosen["layout"], dict(chosen.get("params") or {}))
+            self.state = after_switch(self.state, True, now, self.cfg.policy, new_key)
+            return {"action": "would-switch", "reason": f"dry run: {reason}"}
+        try:
+            entry = self.target.switch(chosen["layout"], chosen.get("params") or {}, reason)
+        except TargetError as exc:
+            if exc.kind != "failed":  # never started (or unknown): re-read next interval
+                return {"action": "no-target",
+                        "reason": f"{reason}; not done: {exc.kind}: {exc}; retried next interval"}
+            self.state = after_switch(self.state, False, self.clock(), self.cfg.policy)
+            out = {"action": "switch-failed", "reason": f"{reason}; failed: {exc}"}
+            if self.state.halted:
+                msg = (f"autopilot holds {self.state.layout} at {self.cfg.target}: the switch to "
+                       f"{new_key} failed {self.state.failures} times ({exc})")
+                self.store.insert_events([{"ts_s": now, "host": self.host, "source": "autopilot",
+                                           "device": self.cfg.target, "kind": "autopilot_halted",
+                                           "message": msg}])
+                out["reason"] += "; halted (event raised)"
+            return out
+        # the dwell and the cooldown count from when the new layout is in place
+        self.state = after_switch(self.state, True, self.clock(), self.cfg.policy, new_key)
+        if self._rec_id is not None:
+            self.store.mark_recommendation_applied(self._rec_id, self.cfg.target)
+        return {"action": "switch", "reason": f"{reason}; done in {entry.get('duration_s', '?')} s"}
+
+    def close_outcome(self, partial: bool = False) -> None:
+        """Fill in the previous decision's outcome: what the interval after it measured."""
+        if not self.prev:
+            return
+        dec_id, ts = self.prev
+        self.prev = None
+        end = self.clock()
+        got = outcome.measure(outcome.server_requests(self.store, ts, end), self.slo.ttft_s,
+                              self.slo.tbt_s)
+        got.update(start_s=ts, end_s=end, layout_after=self.state.layout, partial=partial)
+        self.store.set_decision_outcome(dec_id, got)
+
+    def _log(self, rec: dict) -> dict:
+        for col in ("params", "forecast", "candidates", "predicted"):
+            if col in rec and not isinstance(rec[col], str):  # numpy numbers from the predictors
+                rec[col] = json.loads(json.dumps(rec[col], default=_plain))
+        rec["id"] = self.store.insert_decision(rec)
+        self.prev = (rec["id"], rec["ts_s"])
+        self.decisions += 1
+        dry = " [dry run]" if self.cfg.dry_run else ""
+        self.say(f"{time.strftime('%H:%M:%S', time.localtime(rec['ts_s']))} "
+                 f"{rec.get('current_layout') or '?'}: {rec['action']}{dry}: {rec['reason']}")
+        return rec
+
+
+def _finite(x):
+    return None if x is None or x != x or x in (float("inf"), float("-inf")) else x
+
+
+def _plain(x):
+    try:
+        return _finite(float(x))
+    except (TypeError, ValueError):
+        return str(x)
