@@ -56,6 +56,9 @@ class LayoutProbe:
 
         extra = dict(self.opts.server_opts)
         extra.setdefault("device", getattr(self.opts, "device", "cpu"))
+        # calibration's decode bursts (up to 64 at once) are the load it means to send: the
+        # server's 429 for a predicted wait over 10 s would fail them on a busy machine
+        extra.setdefault("max_queue_wait", "0")
         if self.layout != "monolithic":
             extra.setdefault("prefill_share", self.opts.prefill_share)
         self.handle = start_server(self.opts.model, self.layout, store=self.db,

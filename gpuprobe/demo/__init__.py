@@ -1,0 +1,44 @@
+"""`make demo`: the main job end to end on this machine, in one store.
+
+import the bundled Azure traces -> their prefill/decode mix -> start the reference server
+(smollm2-135m, real text) with the agent beside it -> replay a slice of azure-conv scaled to
+2 CPU cores -> profile the server -> forecast -> recommend -> validate against the other
+layouts -> apply the recommendation live -> the report (HTML, PDF) -> where everything is ->
+the dashboard until Ctrl-C. Each stage is one function in gpuprobe.demo.stages and runs the
+same gpuprobe command a user would; a stage whose piece this build lacks says so and the demo
+goes on.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_STORE = ".demo/gpuprobe.db"  # not $GPUPROBE_STORE: the demo replaces its workloads, so never in yours
+
+
+def run_demo(store_path: str | None, dashboard: bool = True, quick: bool = False) -> int:
+    """0 when every stage that this build has ran; 1 when one failed (each is named)."""
+    from gpuprobe.demo import stages as st
+    from gpuprobe.demo.common import FULL, QUICK, Run, say
+    from gpuprobe.store import Store
+
+    path = Path(store_path or DEFAULT_STORE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    run = Run(store=path, out=path.parent, settings=QUICK if quick else FULL)
+    t0 = time.perf_counter()
+    say(f"gpuprobe demo{' --quick' if quick else ''}: store {path}, outputs in {run.out}/")
+    with contextlib.ExitStack() as stack, Store.open(path) as store:
+        for stage in (st.stage_import, st.stage_analyze):
+            stage(run, store)
+        st.stage_serve(run, store, stack)
+        for stage in (st.stage_replay, st.stage_profile, st.stage_forecast, st.stage_recommend,
+                      st.stage_validate, st.stage_apply, st.stage_report):
+            stage(run, store)
+        st.summary(run, store)
+        say(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")
+        sys.stdout.flush()
+        if dashboard:
+            st.serve_dashboard(run)
+    return 1 if run.failed else 0

@@ -1,0 +1,95 @@
+"""What every demo stage shares: its settings, its printing, and running a gpuprobe command."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How big the demo runs. FULL is `make demo`; QUICK is the CI test's (same stages, fewer
+    and shorter requests, the tiny model, so the test stays within a few minutes)."""
+    model: str  # the reference server's model
+    requests: int  # requests of azure-conv replayed against it and weighed by recommend
+    rate_rps: float  # the slice's mean rate after scaling: what 2 CPU cores serve
+    token_scale: float  # prompts and outputs scaled down (azure-conv's median prompt ~1k tokens)
+    max_prompt: int  # profile --max-prompt: the longest scaled prompt, so the fit is not extrapolated
+    validate_requests: int
+    validate_layouts: str
+    validate_budget: str  # validate --budget: the demo keeps its 10 minutes
+    slo_ttft_s: float
+    slo_tbt_s: float
+
+
+# TTFT and TBT targets are what a 135M model on 2 CPU cores can meet at ~1 request/s (measured
+# here: TTFT p99 below a second, TBT near 50-150 ms); a GPU deployment would use --slo chat.
+FULL = Settings(model="smollm2-135m", requests=40, rate_rps=1.0, token_scale=0.05, max_prompt=128,
+                validate_requests=12, validate_layouts="monolithic,intra,cross", validate_budget="6m",
+                slo_ttft_s=3.0, slo_tbt_s=0.5)
+QUICK = Settings(model="tiny", requests=16, rate_rps=2.0, token_scale=0.03, max_prompt=64,
+                 validate_requests=6, validate_layouts="monolithic", validate_budget="6m",
+                 slo_ttft_s=3.0, slo_tbt_s=0.5)
+VALIDATE_MODEL = "tiny"  # validate starts and calibrates one server per layout: smollm2 thrice is minutes
+
+
+@dataclass
+class Run:
+    """What the stages hand on to each other (paths, URLs, ids); printed at the end."""
+    store: Path
+    out: Path
+    settings: Settings
+    model: str = ""
+    url: str = ""
+    token_file: Path | None = None
+    profile: Path | None = None
+    recommendation: int | None = None
+    failed: list = None
+    skipped: list = None
+    made: dict = None  # label -> path or URL, for "where everything is"
+
+    def __post_init__(self):
+        self.failed, self.skipped, self.made = [], [], {}
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def stage(title: str) -> float:
+    say(f"\n== {title}")
+    return time.perf_counter()
+
+
+def done(t0: float) -> None:
+    say(f"  ({time.perf_counter() - t0:.1f} s)")
+
+
+def has_command(name: str, flag: str | None = None) -> bool:
+    """Whether this build's CLI has `gpuprobe NAME` (and, given, its FLAG): a stage whose piece
+    is missing says so and the demo goes on."""
+    from gpuprobe.cli.main import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    cmd = sub.choices.get(name)
+    if cmd is None:
+        return False
+    return flag is None or any(flag in a.option_strings for a in cmd._actions)
+
+
+def skipped(run: Run, piece: str, why: str = "not in this build") -> None:
+    say(f"  skipped: {piece} {why}")
+    run.skipped.append(f"{piece} {why}")
+
+
+def gpuprobe(run: Run, name: str, *argv) -> int:
+    """Run `gpuprobe NAME ARGV --store STORE` in this process, exactly as a user would, its
+    output passed through. A non-zero exit is recorded and the demo goes on."""
+    from gpuprobe.cli.main import main
+    args = [name, "--store", str(run.store), *(str(a) for a in argv)]
+    say("  $ gpuprobe " + " ".join(args))
+    rc = main(args)
+    if rc:
+        say(f"  failed: gpuprobe {name} exited {rc}")
+        run.failed.append(name)
+    return rc
