@@ -20,24 +20,25 @@ NUM_BLOCKS = 40_000      # KV blocks of 16 tokens per worker
 
 
 def predict(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, rate_scale: float = 1.0,
-            seed: int | None = 0) -> dict:
+            seed: int | None = 0, limits: dict | None = None) -> dict:
     """The simulator's summary (gpuprobe.perf.metrics.summarize keys) of `cand` (a
     Candidate) serving `workload` with its arrival times divided by rate_scale (the same mix
     and burst shape, rate_scale times the requests per second). workload: arrival_s from 0,
-    sorted, prompt_tokens, output_tokens."""
+    sorted, prompt_tokens, output_tokens. limits: max_num_seqs / num_blocks per worker
+    (default MAX_NUM_SEQS, NUM_BLOCKS)."""
     wl = workload if rate_scale == 1.0 else workload.assign(
         arrival_s=workload["arrival_s"].to_numpy() / rate_scale)
     layout = cand.layout
-    config = layout_config(cand, int(workload["prompt_tokens"].max()))
+    config = layout_config(cand, int(workload["prompt_tokens"].max()), limits)
     prof = profile_for(profile, cand)
     return simulate(wl, prof, layout, slo, config, seed).summary
 
 
-def layout_config(cand, max_prompt: int) -> LayoutConfig:
+def layout_config(cand, max_prompt: int, limits: dict | None = None) -> LayoutConfig:
     """Scheduler settings of a candidate's workers: simulate's defaults, a step budget that
     takes the longest prompt whole, and the chunked-prefill budget where the candidate has one."""
-    kw = dict(max_num_seqs=MAX_NUM_SEQS, num_blocks=NUM_BLOCKS,
-              max_num_batched_tokens=max(2048, max_prompt))
+    kw = {"max_num_seqs": MAX_NUM_SEQS, "num_blocks": NUM_BLOCKS, **(limits or {})}
+    kw["max_num_batched_tokens"] = max(2048, max_prompt)
     mixed = SchedulerConfig(role="mixed", chunked_prefill_tokens=cand.chunked_tokens, **kw)
     return LayoutConfig(mixed, SchedulerConfig(role="prefill", **kw),
                         SchedulerConfig(role="decode", **kw),

@@ -23,9 +23,9 @@ def add_arguments(p) -> None:
                    help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tbt=100ms,attain=0.9 "
                         "(default chat: TTFT 2 s, TBT 0.1 s, 90%%)")
     p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
-                   help="TTFT SLO, s (overrides --slo's)")
+                   help="TTFT SLO, s (default 2), overriding --slo's")
     p.add_argument("--slo-tbt", type=positive_float, default=None, metavar="S",
-                   help="per-request mean TBT SLO, s (overrides --slo's)")
+                   help="per-request mean TBT SLO, s (default 0.1), overriding --slo's")
     p.add_argument("--token-scale", type=positive_float, default=1.0, metavar="F",
                    help="scale prompt and output lengths (default 1)")
     p.add_argument("--max-num-seqs", type=positive_int, default=256, metavar="N",
@@ -48,7 +48,7 @@ def run(args) -> int:
     from gpuprobe.decide.recommend import prepare, scale_workload
     from gpuprobe.decide.search import search_candidates
     from gpuprobe.decide.slo import slo_from_flags
-    from gpuprobe.perf.metrics import AGG_METRICS
+    from gpuprobe.perf.metrics import AGG_METRICS, best_note, pick_best
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.perf.sim_layouts import LAYOUTS, LayoutConfig
     from gpuprobe.perf.simulator import simulate
@@ -68,17 +68,19 @@ def run(args) -> int:
     # one ranking rule recommend uses (gpuprobe.decide.rank).
     cands = [Candidate(x, prefill_share=profile.prefill_share if x == "intra" else None)
              for x in layouts]
-    rows = search_candidates(wl, profile, cands, slo, seed=args.seed)
+    rows = search_candidates(wl, profile, cands, slo, seed=args.seed,
+                             limits={"max_num_seqs": args.max_num_seqs, "num_blocks": args.num_blocks})
     for x, r in zip(layouts, rows):
         out[x]["max_goodput_rps_per_device"] = r["max_goodput_rps_per_device"]
     ranked = rank(rows)
     best = ranked[0]["layout"] if ranked[0]["meets_slo"] else None
     notes = [_unserved(x, s, args.num_blocks) for x, s in out.items() if not s["num_completed"]]
-    if best is None:
-        near = max(rows, key=lambda r: r["at_goodput"].get("slo_attainment") or 0.0)
-        notes.append(f"no layout meets these SLOs at any rate; {near['layout']} comes closest "
-                     f"({near['at_goodput'].get('slo_attainment') or 0:.1%} met at the lowest rate "
-                     f"tried, target {slo.attain:.0%})")
+    if best is None:  # no layout meets the SLO at any rate: the closest at the offered rate
+        best = pick_best(out)
+        if note := best_note(out, best):
+            notes.append(note)
+        if best is not None:
+            notes.append("no layout meets these SLOs at any rate searched")
     if args.json:
         print(json.dumps({"layouts": out, "best": best, "slo": slo.to_dict(), "notes": notes},
                          default=float))
