@@ -24,8 +24,6 @@ class Candidate:
     prefill_share: float | None = None   # intra: the prefill worker's share of the device
     num_prefill: int = 1                 # cross: x prefill devices
     num_decode: int = 1                  # cross: y decode devices
-    max_num_seqs: int = 256              # per worker: an 8B model's batch on a large GPU
-    num_blocks: int = 40_000             # per worker: KV blocks of 16 tokens
 
     @property
     def devices(self) -> int:

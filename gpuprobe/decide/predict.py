@@ -1,8 +1,7 @@
-"""The one place gpuprobe.decide predicts: a candidate at a rate scale -> summary.
+"""The one place gpuprobe.decide runs the simulator: a candidate at a rate scale -> summary.
 
 Everything that ranks layouts (the goodput search, recommend, simulate's pick, the demo)
-predicts through predict(), which goes through the model's one prediction path
-(gpuprobe.perf.predict: no host effects here, a seed's run).
+predicts through predict(), so switching to another prediction path changes one function.
 """
 from __future__ import annotations
 
@@ -14,27 +13,32 @@ from gpuprobe.engine.scheduler import SchedulerConfig
 from gpuprobe.perf.costmodel import Profile
 from gpuprobe.perf.metrics import Slo
 from gpuprobe.perf.sim_layouts import LayoutConfig
-from gpuprobe.perf.predict import predict as model_predict
+from gpuprobe.perf.simulator import simulate
+
+MAX_NUM_SEQS = 256       # simulate's defaults: an 8B model's batch on a large GPU
+NUM_BLOCKS = 40_000      # KV blocks of 16 tokens per worker
+
 
 def predict(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, rate_scale: float = 1.0,
-            seed: int | None = 0) -> dict:
+            seed: int | None = 0, limits: dict | None = None) -> dict:
     """The simulator's summary (gpuprobe.perf.metrics.summarize keys) of `cand` (a
     Candidate) serving `workload` with its arrival times divided by rate_scale (the same mix
     and burst shape, rate_scale times the requests per second). workload: arrival_s from 0,
-    sorted, prompt_tokens, output_tokens."""
+    sorted, prompt_tokens, output_tokens. limits: max_num_seqs / num_blocks per worker
+    (default MAX_NUM_SEQS, NUM_BLOCKS)."""
     wl = workload if rate_scale == 1.0 else workload.assign(
         arrival_s=workload["arrival_s"].to_numpy() / rate_scale)
     layout = cand.layout
-    config = layout_config(cand, int(workload["prompt_tokens"].max()))
+    config = layout_config(cand, int(workload["prompt_tokens"].max()), limits)
     prof = profile_for(profile, cand)
-    return model_predict(wl, prof, layout, slo, config, seeds=1, first_seed=seed)
+    return simulate(wl, prof, layout, slo, config, seed).summary
 
 
-def layout_config(cand, max_prompt: int) -> LayoutConfig:
-    """Scheduler settings of a candidate's workers: its batch and KV cache limits, a step
-    budget that takes the longest prompt whole, and the chunked-prefill budget where it has one."""
-    kw = dict(max_num_seqs=cand.max_num_seqs, num_blocks=cand.num_blocks,
-              max_num_batched_tokens=max(2048, max_prompt))
+def layout_config(cand, max_prompt: int, limits: dict | None = None) -> LayoutConfig:
+    """Scheduler settings of a candidate's workers: simulate's defaults, a step budget that
+    takes the longest prompt whole, and the chunked-prefill budget where the candidate has one."""
+    kw = {"max_num_seqs": MAX_NUM_SEQS, "num_blocks": NUM_BLOCKS, **(limits or {})}
+    kw["max_num_batched_tokens"] = max(2048, max_prompt)
     mixed = SchedulerConfig(role="mixed", chunked_prefill_tokens=cand.chunked_tokens, **kw)
     return LayoutConfig(mixed, SchedulerConfig(role="prefill", **kw),
                         SchedulerConfig(role="decode", **kw),

@@ -231,8 +231,13 @@ def cost_per_million(price_per_device_hour: float, goodput_rps_per_device: float
 
 
 def sentence(rec: dict, slo: Slo) -> str:
-    m = rec["margin"]
+    m, mo = rec["margin"], rec["margin_over_other_layout"]
     tail = f", {m:.0%} over {rec['runner_up']}" if m is not None else ""
+    if m is not None and m < 0.05:  # within the search's resolution: won on TBT or simplicity
+        tail = f", tied on goodput with {rec['runner_up']} and ahead on p99 TBT or simplicity"
+    other = next((c["label"] for c in rec["candidates"] if c["layout"] != rec["layout"]), None)
+    if mo is not None and other != rec["runner_up"]:
+        tail += f" and {mo:.0%} over the best other layout ({other})"
     cost = rec.get("cost_per_million_output_tokens")
     price = f", ${cost:.3g} per million output tokens" if cost else ""
     return (f"Run {rec['label']} on {rec['devices']} device(s): {rec['max_goodput_rps_per_device']:.3g} "

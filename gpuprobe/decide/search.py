@@ -56,9 +56,11 @@ def thinned(workload: pd.DataFrame, target: int = SEARCH_REQUESTS) -> pd.DataFra
 
 def search_candidates(workload: pd.DataFrame, profile: Profile, cands: list, slo: Slo,
                       progress: Callable[[str], None] | None = None,
-                      seed: int | None = 0, sample: int = SEARCH_REQUESTS) -> list[dict]:
+                      seed: int | None = 0, sample: int = SEARCH_REQUESTS,
+                      limits: dict | None = None) -> list[dict]:
     """One row per candidate (see _row), in the order given. workload: sorted, arrival_s from
-    0. progress: called with a line per candidate."""
+    0. progress: called with a line per candidate. limits: the workers' max_num_seqs and
+    num_blocks (predict())."""
     say = progress or (lambda _msg: None)
     r0 = base_rate(workload)
     rows, best_per_dev = [], 0.0
@@ -77,7 +79,7 @@ def search_candidates(workload: pd.DataFrame, profile: Profile, cands: list, slo
         while True:
             small = thinned(workload, size)
             start = (b.lo if b is not None and b.lo > 0 else hint * c.devices / r0) or 1.0
-            b = search(lambda x, c=c, w=small: _run(w, profile, c, slo, x, seed), slo,
+            b = search(lambda x, c=c, w=small: _run(w, profile, c, slo, x, seed, limits), slo,
                        start=start, precision=FINE_PRECISION, out_of_reach=reach)
             runs += b.seconds
             if not (b.at_hi or {}).get("too_short") or len(small) >= len(workload):
@@ -102,11 +104,11 @@ def offered(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, devices: i
 
 
 def _run(workload: pd.DataFrame, profile: Profile, c, slo: Slo, scale: float,
-         seed: int | None) -> dict:
+         seed: int | None, limits: dict | None = None) -> dict:
     """predict(), failing early where the first quarter of the requests already misses more
     than the whole may (the summary is then the quarter's, with `partial` set), and failing a
     rate at which the workload is too short to show a steady state (`too_short`)."""
-    s = _predict_early(workload, profile, c, slo, scale, seed)
+    s = _predict_early(workload, profile, c, slo, scale, seed, limits)
     arrivals_s = float(workload["arrival_s"].iloc[-1] - workload["arrival_s"].iloc[0]) / scale
     typical_s = (s.get("ttft_p50_s") or 0.0) + (s.get("tbt_mean_s") or 0.0) * float(
         workload["output_tokens"].mean())
@@ -116,14 +118,14 @@ def _run(workload: pd.DataFrame, profile: Profile, c, slo: Slo, scale: float,
 
 
 def _predict_early(workload: pd.DataFrame, profile: Profile, c, slo: Slo, scale: float,
-                   seed: int | None) -> dict:
+                   seed: int | None, limits: dict | None) -> dict:
     n = len(workload)
     if n >= 200:
-        head = predict(workload.iloc[: n // 4], profile, c, slo, scale, seed)
+        head = predict(workload.iloc[: n // 4], profile, c, slo, scale, seed, limits)
         misses = (1.0 - head["slo_attainment"]) * head["num_requests"]
         if misses > (1.0 - slo.attain) * n + 1e-9:
             return {**head, "slo_attainment": 0.0, "partial": True}
-    return predict(workload, profile, c, slo, scale, seed)
+    return predict(workload, profile, c, slo, scale, seed, limits)
 
 
 def _row(c, b: Bracket, r0: float, sample: int) -> dict:
