@@ -179,6 +179,16 @@ def test_fleet_through_prometheus(tmp_path):
             fc = json.loads(out.stdout)
             assert len(fc["series"]["prefill_tokens_per_s"]["mean"]) == 2 and fc["forecast_id"]
 
+            # report --source: the GPU counters in prefill- and decode-heavy periods from Prometheus.
+            out = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "--store", str(tmp_path / "r.db"),
+                                  "report", "--workload", "azure-code", "--out", str(tmp_path / "r.html"),
+                                  "--source", f"prometheus=http://127.0.0.1:{port}", "--since", f"{t0:.3f}",
+                                  "--until", f"{t1:.3f}", "--json"], capture_output=True, text=True)
+            assert out.returncode == 0, out.stderr
+            assert "GPU counters beside served requests" not in json.loads(out.stdout)["missing"]
+            page = (tmp_path / "r.html").read_text()
+            assert "<td>sm_util_pct</td><td class=\"num\">70.5</td>" in page  # the fake GPUs: 70 and 71
+
             # The dashboard's Fleet page reads the same through --source.
             at = _fleet_page(f"prometheus=http://127.0.0.1:{port}", tmp_path)
             assert [m.value for m in at.metric] == ["3", "4", "1"]  # hosts, GPUs, groups by model

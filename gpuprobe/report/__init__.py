@@ -13,7 +13,8 @@ from pathlib import Path
 
 
 def write_report(store, workload: str, out: str, pdf: str | None = None, rec_id: int | None = None,
-                 cost_per_device_hour: float | None = None, progress=None) -> dict:
+                 cost_per_device_hour: float | None = None, progress=None, source=None,
+                 source_range: tuple[float, float] | None = None) -> dict:
     """Write the HTML (and the PDF when asked). Returns {'html', 'pdf', 'partial', 'missing',
     'sentence'}; a PDF that cannot be printed raises GpuprobeError after the HTML is written."""
     from gpuprobe.report.evidence import gather
@@ -24,7 +25,7 @@ def write_report(store, workload: str, out: str, pdf: str | None = None, rec_id:
 
     say = progress or (lambda m: None)
     say("gathering the evidence")
-    ev = gather(store, workload, rec_id, cost_per_device_hour)
+    ev = gather(store, workload, rec_id, cost_per_device_hour, source, source_range)
     layouts = store.layout_events()
     ev["current_layout"] = str(layouts["to_layout"].iloc[-1]) if len(layouts) else None
     say("writing the HTML")

@@ -23,9 +23,11 @@ BUNDLED_LICENSE = ("Azure LLM inference trace 2023 (Azure Public Dataset), CC-BY
 
 
 def gather(store, workload: str, rec_id: int | None = None,
-           cost_per_device_hour: float | None = None) -> dict:
+           cost_per_device_hour: float | None = None, source=None,
+           source_range: tuple[float, float] | None = None) -> dict:
     """Everything the report shows, as dicts, lists and DataFrames. UserError when the
-    workload or an asked-for recommendation does not exist."""
+    workload or an asked-for recommendation does not exist. source (a PrometheusSource) and
+    source_range: read the GPU counters by phase from the fleet's Prometheus instead."""
     wl = load_workload(store, workload)
     if wl.empty:
         raise UserError(f"workload {workload!r} has no requests")
@@ -44,7 +46,8 @@ def gather(store, workload: str, rec_id: int | None = None,
     ev["validation"] = _validation(store, workload)
     if ev["validation"] is None:
         ev["missing"].append(("validate run", f"gpuprobe validate --workload {workload}"))
-    ev["counters"] = counters_by_phase(store)
+    ev["counters"] = (counters_by_phase(store) if source is None
+                      else counters_by_phase_from_source(source, *source_range))
     if ev["counters"] is None:
         ev["missing"].append(("GPU counters beside served requests",
                               "gpuprobe agent --scrape http://SERVER/metrics  (while the server runs)"))
@@ -112,6 +115,33 @@ def counters_by_phase(store) -> pd.DataFrame | None:
         row = {"metric": metric}
         for name, idx in phases.items():
             vals = s["value"].to_numpy()[np.isin(sb, idx)]
+            row[name] = float(np.nanmean(vals)) if len(vals) else np.nan
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    return df if len(df) and df[["prefill-heavy", "decode-heavy"]].notna().any().any() else None
+
+
+def counters_by_phase_from_source(src, start_s: float, end_s: float,
+                                   bucket_s: float = 60.0) -> pd.DataFrame | None:
+    """The same from Prometheus: the engines' prefill share per bucket (their token counters)
+    and the fleet's mean GPU counters in the top and bottom thirds of it."""
+    from gpuprobe.sources.prom_mix import bucket_mix
+    bucket_s = min(bucket_s, max((end_s - start_s) / 6, 1.0))
+    mix = bucket_mix(src.api, start_s, end_s, bucket_s)
+    share = pd.Series(mix["prefill_token_share"].to_numpy(), index=mix["ts_s"].to_numpy()).dropna()
+    if share.nunique() < 2:
+        return None
+    lo, hi = share.quantile([1 / 3, 2 / 3])
+    rows = []
+    for metric in COUNTERS:
+        d = src.downsample(metric, start_s, end_s, max_points=max(1, round((end_s - start_s) / bucket_s)))
+        if d.empty:
+            continue
+        k = np.floor((d["ts_s"].to_numpy() - start_s) / bucket_s)
+        row = {"metric": metric}
+        for name, keep in (("prefill-heavy", share[share >= hi].index), ("decode-heavy", share[share <= lo].index)):
+            ks = np.floor((np.asarray(keep) - start_s) / bucket_s)
+            vals = d["value_mean"].to_numpy()[np.isin(k, ks)]
             row[name] = float(np.nanmean(vals)) if len(vals) else np.nan
         rows.append(row)
     df = pd.DataFrame(rows)

@@ -19,6 +19,10 @@ def add_arguments(p) -> None:
                    help="price of one device-hour, for the cost per million output tokens")
     p.add_argument("--out", required=True, type=out_file, metavar="report.html", help="the HTML file")
     p.add_argument("--pdf", type=out_file, metavar="report.pdf", help="also print a PDF (needs chromium)")
+    p.add_argument("--source", metavar="prometheus=URL",
+                   help="read the GPU counters by phase from the fleet's Prometheus (with --since, --until)")
+    p.add_argument("--since", default="1h", help="--source: start (default 1h ago)")
+    p.add_argument("--until", default="now", help="--source: end (default now)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
 
 
@@ -31,10 +35,14 @@ def run(args) -> int:
         from gpuprobe.errors import UserError
         raise UserError(f"--out {args.out}: the report is HTML; give a path ending in .html")
     say = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+    src = rng = None
+    if args.source:
+        from gpuprobe.sources import open_source, time_range
+        src, rng = open_source(args.source), time_range(args.since, args.until)
     with Store.open(args.store) as store:
         try:
             out = write_report(store, args.workload, args.out, args.pdf, args.recommendation,
-                               args.cost_per_device_hour, progress=say)
+                               args.cost_per_device_hour, progress=say, source=src, source_range=rng)
         except GpuprobeError as exc:
             if args.pdf and "PDF" in str(exc):
                 print(f"wrote {args.out}", flush=True)
