@@ -19,7 +19,7 @@ from aiohttp import web
 from fake_openai_server import FakeOpenAIServer
 from gpuprobe.cli.main import main
 from gpuprobe.collectors.tap import Tap
-from gpuprobe.demo import stage_analyze
+from gpuprobe.demo.stages import stage_analyze
 from gpuprobe.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,7 +177,7 @@ def test_demo_says_when_there_are_no_change_points(tmp_path, capsys):
         for name in ("azure-code", "azure-conv"):  # a steady mix: nothing changes
             store.save_workload(name, pd.DataFrame({"arrival_s": [i * 1.0 for i in range(600)],
                                                     "prompt_tokens": [100] * 600, "output_tokens": [10] * 600}))
-        stage_analyze(store)
+        stage_analyze(None, store)  # the stage reads only the store
     text = capsys.readouterr().out
     assert text.count("no change points") == 2 and "[]" not in text
 

@@ -27,10 +27,13 @@ def stage_analyze(run: Run, store) -> None:
     from gpuprobe.workloads.analyze import analyze
     stage("prefill/decode mix per 60 s bucket")
     for name in TRACES:
-        b = analyze(store.workload(name), bucket_s=60.0).buckets
+        mix = analyze(store.workload(name), bucket_s=60.0)
+        b, cps = mix.buckets, mix.change_points_s
+        where = (f"change points at {', '.join(str(round(x)) for x in cps[:6])} s" if cps
+                 else "no change points")
         say(f"  {name}: prefill share of tokens p10-p90 {b.prefill_token_share.quantile(0.1):.3f}-"
             f"{b.prefill_token_share.quantile(0.9):.3f}, prefill {b.prefill_tokens_per_s.mean():,.0f} tok/s, "
-            f"decode {b.decode_tokens_per_s.mean():,.0f} tok/s")
+            f"decode {b.decode_tokens_per_s.mean():,.0f} tok/s, {where}")
 
 
 def choose_model(wanted: str) -> str:
