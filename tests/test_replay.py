@@ -33,7 +33,7 @@ def test_replay_exact_lengths_and_records(tmp_path):
         assert r.status_counts() == {"ok": 20}
         body = srv.bodies[0]
         assert len(body["prompt"]) == 15 and body["max_tokens"] == 4 and body["ignore_eos"] is True
-        assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+        assert body["stream"] is True and body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
         assert body["model"] == "fake-model" and all(100 <= t < 5000 for t in body["prompt"])
         rows = store.requests(run_id=r.run_id)
         assert len(rows) == 20 and set(rows["source"]) == {"replay"} and (rows["output_tokens"] == 4).all()

@@ -83,6 +83,20 @@ def test_64_concurrent_streams_get_exactly_max_tokens(server):
         assert r["usage"] == n and 1 <= r["chunks"] <= n and r["empty"] == 0, (n, r)
 
 
+def test_continuous_usage_stats_gives_a_chunk_per_token_with_its_usage(server):
+    # vLLM's stream_options.continuous_usage_stats, which the replay client sends to time every
+    # token: one chunk per token (empty text allowed while a character is incomplete), each
+    # carrying the usage so far
+    body = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 24, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}, "temperature": 0}
+    with requests.post(server.url + "/v1/completions", json=body, stream=True, timeout=60) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines(decode_unicode=True)
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+    per_token = [c for c in chunks if c["choices"]]
+    assert [c["usage"]["completion_tokens"] for c in per_token] == list(range(1, 25))
+    assert chunks[-1]["usage"]["completion_tokens"] == 24 and not chunks[-1]["choices"]
+
+
 def test_non_stream_completion_and_models(server):
     r = requests.post(server.url + "/v1/completions", json={
         "prompt": "hello", "max_tokens": 5, "ignore_eos": True, "temperature": 0}, timeout=30)

@@ -73,6 +73,7 @@ def test_validate_is_accurate_on_a_small_case_and_simulate_predicts_the_same(
     plain = out["without_host_effects"]
     for layout in ("monolithic", "intra"):
         for metric, value in plain[layout]["predicted"].items():
-            assert sim["layouts"][layout][metric] == pytest.approx(value, rel=1e-9, nan_ok=True), \
+            # the same simulation; the profile and trace pass through JSON and CSV, so the last digits differ
+            assert sim["layouts"][layout][metric] == pytest.approx(value, rel=1e-6, nan_ok=True), \
                 (layout, metric)
     assert sim["host_effects"] == []

@@ -44,6 +44,10 @@ class GenRequest:
     stream: bool
     include_usage: bool
     stop: tuple[str, ...] = field(default=())
+    # stream_options.continuous_usage_stats (vLLM's): every chunk carries the usage so far, and
+    # every token gets its chunk (content "" while a character is incomplete): per-token times
+    # for a load generator, which a client counting chunks as text does not ask for
+    continuous_usage: bool = False
 
 
 def _get(body: dict, name: str, kinds: tuple, default: Any) -> Any:
@@ -97,11 +101,13 @@ def _common(body: Any, kind: str, prompt_ids: list[int], max_context: int,
         raise ApiError(f"'top_p' must be in (0, 1], got {top_p}", "top_p")
     options = _get(body, "stream_options", (dict,), {})
     include_usage = _get(options, "include_usage", (bool,), False)
+    continuous = _get(options, "continuous_usage_stats", (bool,), False)
     return GenRequest(
         kind=kind, model=_get(body, "model", (str,), ""), prompt_token_ids=tuple(prompt_ids),
         max_tokens=max_tokens, temperature=temperature, top_p=top_p,
         seed=_get(body, "seed", (int,), None), ignore_eos=_get(body, "ignore_eos", (bool,), False),
-        stream=_get(body, "stream", (bool,), False), include_usage=include_usage, stop=_stop(body))
+        stream=_get(body, "stream", (bool,), False), include_usage=include_usage, stop=_stop(body),
+        continuous_usage=continuous)
 
 
 def _check_ids(ids: list, vocab_size: int, param: str) -> list[int]:
@@ -180,7 +186,7 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 
 
 def stream_chunk(req: GenRequest, rid: str, model: str, text: str, finish_reason: str | None,
-                 first: bool = False) -> dict:
+                 first: bool = False, completion_tokens: int | None = None) -> dict:
     """One SSE chunk carrying `text` (a chat delta or a completion text piece). A chat chunk
     that only finishes the stream has no content (OpenAI's `"delta":{}`)."""
     if req.kind == "chat":
@@ -192,8 +198,10 @@ def stream_chunk(req: GenRequest, rid: str, model: str, text: str, finish_reason
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         obj = "text_completion"
-    return {"id": rid, "object": obj, "created": int(time.time()), "model": model,
-            "choices": [choice]}
+    out = {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice]}
+    if completion_tokens is not None:
+        out["usage"] = usage(len(req.prompt_token_ids), completion_tokens)
+    return out
 
 
 def usage_chunk(req: GenRequest, rid: str, model: str, completion_tokens: int) -> dict:

@@ -5,7 +5,9 @@ carries no text, like a special token) sends nothing: its bytes go out with the 
 that completes a character, so no chunk has empty content and a client that counts chunks as
 tokens, or reads TTFT from the first chunk, counts text it can show. The last chunk carries
 finish_reason, with no content if nothing is left. Token times are recorded per token anyway
-(router.py), whatever the chunking.
+(router.py), whatever the chunking. With stream_options.continuous_usage_stats (vLLM's) every
+token gets its chunk, each carrying the usage so far: the replay client asks for it, to time
+every token.
 """
 
 from __future__ import annotations
@@ -76,9 +78,12 @@ async def stream(request: web.Request, t: Tracked, router, model) -> web.StreamR
             if ev[0] == "token":
                 out = text.chunk(ev[1], ev[2])
                 n += 1
+                if out is None and req.continuous_usage:  # a chunk per token, its usage in it
+                    out = ("", None)
                 if out is not None:  # else held back: the next chunk carries these bytes
-                    await resp.write(_sse(oa.stream_chunk(req, t.rid, model.name, *out,
-                                                          first=sent == 0)))
+                    await resp.write(_sse(oa.stream_chunk(
+                        req, t.rid, model.name, *out, first=sent == 0,
+                        completion_tokens=n if req.continuous_usage else None)))
                     sent += 1
                 if text.stopped and ev[2] is None:
                     router.abort(t, "ok", "stop")

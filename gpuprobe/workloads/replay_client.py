@@ -3,7 +3,9 @@ client-side timing of every streamed token.
 
 The body is OpenAI /v1/completions: `prompt` as a list of token ids (so the length is exact
 whatever the tokenizer), `max_tokens` with `ignore_eos: true` (vLLM, SGLang and the reference
-server honour it), `stream: true` with `stream_options.include_usage`.
+server honour it), `stream: true` with `stream_options.include_usage` and
+`continuous_usage_stats` (vLLM's: a chunk per token, each with the usage so far, so every token
+is timed even where its bytes complete no character).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def token_ids(rng: np.random.Generator, num_tokens: int, vocab: int) -> list[int
 
 def request_body(model: str | None, prompt_ids: list[int], max_tokens: int) -> dict:
     body = {"prompt": prompt_ids, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0.0,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     if model:
         body["model"] = model
     return body

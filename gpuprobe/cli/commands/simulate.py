@@ -28,13 +28,18 @@ def add_arguments(p) -> None:
                    help="per-request mean TBT SLO, s (default 0.1), overriding --slo's")
     p.add_argument("--token-scale", type=positive_float, default=1.0, metavar="F",
                    help="scale prompt and output lengths (default 1)")
-    p.add_argument("--max-num-seqs", type=positive_int, default=256, metavar="N",
-                   help="sequences per batch per worker (default 256)")
-    p.add_argument("--num-blocks", type=positive_int, default=40000, metavar="N",
-                   help="KV blocks of 16 tokens per worker (default 40000)")
+    p.add_argument("--max-num-seqs", type=positive_int, default=None, metavar="N",
+                   help="sequences per batch per worker; a profile validate wrote brings its "
+                        "servers' own (default 256)")
+    p.add_argument("--num-blocks", type=positive_int, default=None, metavar="N",
+                   help="KV blocks of 16 tokens per worker; a profile validate wrote brings its "
+                        "servers' own (default 40000)")
     p.add_argument("--seed", type=nonneg_int, default=0,
                    help="seed of the step-time noise a measured profile carries (default 0; "
                         "the same seed gives the same result)")
+    p.add_argument("--seeds", type=positive_int, default=1, metavar="N",
+                   help="predict with N noise seeds from --seed on and report their median "
+                        "(default 1; validate uses 9)")
     p.add_argument("--json", action="store_true",
                    help="print the per-layout summaries and the pick as JSON")
 
@@ -50,8 +55,8 @@ def run(args) -> int:
     from gpuprobe.decide.slo import slo_from_flags
     from gpuprobe.perf.metrics import AGG_METRICS, best_note, pick_best
     from gpuprobe.perf.profile import load_profile
-    from gpuprobe.perf.sim_layouts import LAYOUTS, LayoutConfig
-    from gpuprobe.perf.simulator import simulate
+    from gpuprobe.perf.predict import predict
+    from gpuprobe.perf.sim_layouts import LAYOUTS
 
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
     if not layouts or any(x not in LAYOUTS for x in layouts):
@@ -59,22 +64,21 @@ def run(args) -> int:
     profile = load_profile(args.profile)
     wl = load_named_workload(args.store, args.workload)
     wl = prepare(scale_workload(wl, args.speed, token_scale=args.token_scale, limit=args.limit))
-    kw = dict(max_num_seqs=args.max_num_seqs, num_blocks=args.num_blocks,
-              max_num_batched_tokens=max(2048, int(wl["prompt_tokens"].max())))
-    cfg = LayoutConfig(*(SchedulerConfig(role=r, **kw) for r in ("mixed", "prefill", "decode")))
+    cfg = _config(profile, wl, args, SchedulerConfig)
     slo = slo_from_flags(args.slo, args.slo_ttft, args.slo_tbt)
-    out = {x: simulate(wl, profile, x, slo, cfg, args.seed).summary for x in layouts}
+    # one prediction path (perf/predict.py); simulate has no host effects to apply
+    out = {x: predict(wl, profile, x, slo, cfg, args.seeds, args.seed) for x in layouts}
     # The searched goodput (DistServe's) beside the offered-rate figures, and the pick by the
     # one ranking rule recommend uses (gpuprobe.decide.rank).
     cands = [Candidate(x, prefill_share=profile.prefill_share if x == "intra" else None)
              for x in layouts]
     rows = search_candidates(wl, profile, cands, slo, seed=args.seed,
-                             limits={"max_num_seqs": args.max_num_seqs, "num_blocks": args.num_blocks})
+                             limits={"max_num_seqs": cfg.mixed.max_num_seqs, "num_blocks": cfg.mixed.num_blocks})
     for x, r in zip(layouts, rows):
         out[x]["max_goodput_rps_per_device"] = r["max_goodput_rps_per_device"]
     ranked = rank(rows)
     best = ranked[0]["layout"] if ranked[0]["meets_slo"] else None
-    notes = [_unserved(x, s, args.num_blocks) for x, s in out.items() if not s["num_completed"]]
+    notes = [_unserved(x, s, cfg.mixed.num_blocks) for x, s in out.items() if not s["num_completed"]]
     if best is None:  # no layout meets the SLO at any rate: the closest at the offered rate
         best = pick_best(out)
         if note := best_note(out, best):
@@ -82,8 +86,8 @@ def run(args) -> int:
         if best is not None:
             notes.append("no layout meets these SLOs at any rate searched")
     if args.json:
-        print(json.dumps({"layouts": out, "best": best, "slo": slo.to_dict(), "notes": notes},
-                         default=float))
+        print(json.dumps({"layouts": out, "best": best, "slo": slo.to_dict(), "notes": notes,
+                          "host_effects": [], "seeds": args.seeds}, default=float))
         return 0
     for x, s in out.items():
         vals = " ".join(f"{m}={s[m]:.4g}" for m in (*AGG_METRICS, "offered_goodput_rps_per_device",
@@ -93,6 +97,23 @@ def run(args) -> int:
     for note in notes:
         print(note)
     return 0
+
+
+def _config(profile, wl, args, SchedulerConfig):
+    """The scheduler per role: the profile's (validate records what its servers ran) where
+    it has one and no flag overrides it, else the flags' defaults."""
+    from gpuprobe.perf.sim_layouts import LayoutConfig
+
+    kept = (profile.meta or {}).get("scheduler") or {}
+    out = []
+    for role in ("mixed", "prefill", "decode"):
+        kw = dict(kept.get(role) or {})
+        kw.update(role=role, max_num_seqs=args.max_num_seqs or kw.get("max_num_seqs", 256),
+                  num_blocks=args.num_blocks or kw.get("num_blocks", 40000))
+        if not kept.get(role):
+            kw["max_num_batched_tokens"] = max(2048, int(wl["prompt_tokens"].max()))
+        out.append(SchedulerConfig(**kw))
+    return LayoutConfig(*out)
 
 
 def _unserved(layout: str, s: dict, num_blocks: int) -> str:
