@@ -127,12 +127,12 @@ def _check_sim_seeds(dump: dict) -> None:
     assert predicted["monolithic"]["ttft_p50_s"] == pytest.approx(float(np.median(per_replay)))
 
 
-def _foreign_spinner(seconds: float) -> None:
+def _foreign_spinner(seconds: float, nice: int = 0) -> None:
     """A busy loop that is NOT in this process tree: the shell exits at once and the loop is
     adopted by init, as a neighbour's benchmark would be."""
     import subprocess
-    subprocess.run(["sh", "-c", f"timeout {seconds} sh -c 'while :; do :; done' >/dev/null 2>&1 &"],
-                   check=True)
+    subprocess.run(["sh", "-c", f"nice -n {nice} timeout {seconds} sh -c 'while :; do :; done' "
+                    ">/dev/null 2>&1 &"], check=True)
 
 
 @pytest.mark.timeout(30)
@@ -147,6 +147,20 @@ def test_cpu_watch_counts_other_processes_not_ours():
     w = CpuWatch()
     time.sleep(1.0)
     assert w.foreign_cores() > 0.5  # the spinner keeps one core busy
+
+
+@pytest.mark.timeout(30)
+def test_cpu_watch_leaves_niced_work_out():
+    import os
+    import time
+
+    from gpuprobe.validate.cpu_watch import CpuWatch
+    if not os.path.exists("/proc/stat") or os.getpriority(os.PRIO_PROCESS, 0) > 0:
+        pytest.skip("needs Linux /proc and a test run at normal priority")
+    _foreign_spinner(2, nice=19)
+    w = CpuWatch()
+    time.sleep(1.0)
+    assert w.foreign_cores() < 0.4  # the niced spinner's core is not foreign load
 
 
 @pytest.mark.timeout(30)

@@ -90,10 +90,7 @@ class Autopilot:
         """One decision, written to the audit log; returns the record."""
         now = self.clock()
         self.close_outcome()
-        # The requests that finished in the window: the server writes a row when a request
-        # ends, so a window by arrival ending now would miss every request still running.
-        # (A window of arrivals standing back by the server's recent request time was tried:
-        # on a starved server the lag reached back into traffic a minute old.)
+        # The window: one stretch of arrivals, all finished (outcome.recent_window says why).
         end = now
         start = end - self.cfg.window
         rec = {"host": self.host, "target": self.cfg.target, "ts_s": now,
@@ -104,7 +101,10 @@ class Autopilot:
             return self._log({**rec, "current_layout": self.state.layout, "action": "no-target",
                               "reason": f"{exc.kind}: {exc}; nothing changed, retried next interval"})
         self._observe(seen, now)
-        rows = outcome.server_requests(self.store, start, end)
+        rows = outcome.recent_window(self.store, now, self.cfg.window)
+        if len(rows):  # the audit log names the arrivals read, not the decision's clock
+            newest = float(rows["arrival_s"].max())
+            rec.update(window_start_s=newest - self.cfg.window, window_end_s=newest)
         rec["current_layout"] = self.state.layout
         # the policy counts a lead's age on the decisions' own clock, whatever the lag
         lead_start = now - self.cfg.window

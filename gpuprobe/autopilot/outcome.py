@@ -24,6 +24,27 @@ def server_requests(store, start_s: float, end_s: float) -> pd.DataFrame:
     return df[(end >= start_s) & (end < end_s)]
 
 
+def recent_window(store, now_s: float, window_s: float) -> pd.DataFrame:
+    """The requests a decision reads: those that arrived within `window_s` before the newest
+    arrival among the requests finished by `now_s`, provided some finished in the last
+    `window_s` (else none: no traffic).
+
+    By arrival, so a window holds one stretch of traffic: a server that lags finishes old
+    requests late and in bursts, and a window by finish time would mix them with new ones
+    and blur a shift in the mix. Ending at the newest finished arrival, not at `now_s`,
+    because the server writes a row only when its request ends: a window of arrivals ending
+    now would miss every request still running."""
+    df = store.requests(source="server", since_s=now_s - MAX_AGE_S)
+    if not len(df):
+        return df
+    end = df["finish_s"].fillna(df["arrival_s"])
+    df = df[end < now_s]
+    if not len(df) or not (end[df.index] >= now_s - window_s).any():
+        return df.iloc[:0]
+    newest = float(df["arrival_s"].max())
+    return df[df["arrival_s"] > newest - window_s]
+
+
 def measure(rows: pd.DataFrame, slo_ttft_s: float, slo_tbt_s: float) -> dict:
     """Counts, latency percentiles and SLO attainment of `rows` (server request rows)."""
     n = len(rows)

@@ -18,18 +18,27 @@ from __future__ import annotations
 import os
 import time
 
+from gpuprobe.errors import GpuprobeError
+
 QUIET_CORES = 0.2     # foreign load below which the machine counts as quiet
-_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # user nice system irq softirq steal (not idle, iowait)
+_BUSY_FIELDS = (0, 2, 5, 6, 7)  # user system irq softirq steal (not idle, iowait)
+_NICE_FIELD = 1
 
 
 def machine_busy_s() -> float | None:
-    """Non-idle CPU seconds of the whole machine since boot (all cores summed)."""
+    """Non-idle CPU seconds of the whole machine since boot (all cores summed).
+
+    Niced work (`nice -n 19`, SCHED_IDLE: a background build, a batch job) gives the cores
+    up as soon as the measurement wants them, so it is left out, unless validate itself runs
+    niced: then its own time sits in the same counter and the other niced work is counted.
+    """
     try:
         with open("/proc/stat") as fh:
             fields = fh.readline().split()[1:]
     except OSError:
         return None
-    return sum(int(fields[i]) for i in _BUSY_FIELDS) / os.sysconf("SC_CLK_TCK")
+    used = _BUSY_FIELDS + ((_NICE_FIELD,) if os.getpriority(os.PRIO_PROCESS, 0) > 0 else ())
+    return sum(int(fields[i]) for i in used) / os.sysconf("SC_CLK_TCK")
 
 
 def _children() -> dict[int, list[int]]:
@@ -101,6 +110,10 @@ def wait_quiet(max_wait_s: float, window_s: float = 1.0, quiet: float = QUIET_CO
             told = True
 
 
+class BudgetSpent(GpuprobeError):
+    """No phase may start: the run's time budget is spent (validate turns it into its line)."""
+
+
 class PhaseGuard:
     """Runs measurement phases on a quiet machine, within a time budget.
 
@@ -153,10 +166,9 @@ class PhaseGuard:
     def __call__(self, phase: str, fn) -> float | None:
         if self.hard_deadline is not None and \
                 time.monotonic() + 0.5 * self._per_phase_s() > self.hard_deadline:
-            from gpuprobe.errors import GpuprobeError
-            raise GpuprobeError(f"stopped before {phase}: the time budget is spent (the machine "
-                                f"ran slower than planned); raise --budget or pass fewer "
-                                f"--layouts")
+            raise BudgetSpent(f"stopped before {phase}: the time budget is spent (the machine "
+                              f"ran slower than planned); raise --budget or pass fewer "
+                              f"--layouts")
         self.phases_left = max(0, self.phases_left - 1)
         load, next_s = None, self._per_phase_s()
         for attempt in (1, 2):

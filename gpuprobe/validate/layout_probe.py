@@ -180,9 +180,14 @@ class LayoutProbe:
         self.say(f"{self.layout}: calibration pass skipped (the time budget has no room for it)")
 
     def recheck(self, guard=None) -> None:
-        """A short second calibration after the replays (recheck.py)."""
+        """A short second calibration after the replays (recheck.py). Only a check: where the
+        budget is spent, it is skipped and the replays measured are still reported."""
+        from gpuprobe.validate.cpu_watch import BudgetSpent
         guard = guard or (lambda phase, fn: fn())
-        self.foreign_cores["recheck"] = guard(f"{self.layout} recheck", self._recheck)
+        try:
+            self.foreign_cores["recheck"] = guard(f"{self.layout} recheck", self._recheck)
+        except BudgetSpent:
+            self.say(f"{self.layout}: recheck skipped (the time budget is spent)")
 
     def _recheck(self) -> None:
         from gpuprobe.perf.calibrate import run_calibration
