@@ -64,7 +64,11 @@ def test_advance_decodes_wants_a_fresh_plan():
     with pytest.raises(ValueError):
         sched.advance_decodes(k + 1, 7)
     sched.uniform_decode_steps(7)
-    sched.add(SimSequence("new", [3] * 4, SamplingParams()))  # anything else drops the plan
+    _single(sched, 1)  # a step taken since: the plan is out of date
+    with pytest.raises(ValueError):
+        sched.advance_decodes(1, 7)
+    sched.uniform_decode_steps(7)
+    sched.add(SimSequence("new", [3] * 4, SamplingParams()))  # so is it after an addition
     with pytest.raises(ValueError):
         sched.advance_decodes(1, 7)
 

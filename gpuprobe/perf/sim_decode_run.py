@@ -85,7 +85,9 @@ Pending._completion = property(_fill, _replace)
 
 class LazyRun:
     """A SimScheduler's lazy decode run: see the module docstring. allowed: what the last plan()
-    allowed advance() to take, (k, token_id), dropped by anything else the scheduler does."""
+    allowed advance() to take, (k, token_id); advance() also refuses it once the scheduler
+    has moved on (a sequence waiting or running outside the run, as any step, addition or
+    settling read leaves it)."""
 
     def __init__(self, sched: SimScheduler):
         self.sched = sched
@@ -112,9 +114,6 @@ class LazyRun:
         self.track_max = False
         self._keys: list[int] = []          # -key, a heap
         self._key_count: dict[int, int] = {}
-
-    def drop(self) -> None:
-        self.allowed = None
 
     def owed_blocks_bound(self) -> int:
         """At least the KV blocks the members still owe: owing o steps takes at most
@@ -172,7 +171,10 @@ class LazyRun:
         retired as postprocess() retires them. The simulator calls this directly: one call
         layer less per macro-step."""
         allowed, self.allowed = self.allowed, None
-        if allowed is None or allowed[1] != token_id or not 1 <= k <= allowed[0]:
+        # plan() said k > 0 only with every running sequence a member and none waiting; a
+        # sequence added since, a step taken or a settling read breaks that.
+        if (allowed is None or allowed[1] != token_id or not 1 <= k <= allowed[0]
+                or self._waiting or len(self._running) != self.members):
             raise ValueError(f"advance_decodes({k}, {token_id}) wants a step count that "
                              f"uniform_decode_steps({token_id}) just allowed, got {allowed}")
         step = self.step = self.step + k

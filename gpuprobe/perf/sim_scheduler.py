@@ -10,11 +10,11 @@ They are lazy (sim_decode_run.LazyRun): the sequences, which must be SimSequence
 steps taken, and are settled wherever the Scheduler reads them. That is where the Scheduler
 says a subclass may step in: its block manager (KvPool: free blocks net of those the run
 owes) and _schedule_decodes() (the run is settled before a step decodes); abort() settles
-it too, and everything else the scheduler does drops the last plan.
+it too. Nothing else is overridden: the policy's admissions and steps are Scheduler's own
+calls, at its own cost.
 """
 from __future__ import annotations
 
-from gpuprobe.engine.batch import Batch
 from gpuprobe.engine.block_manager import BlockManager
 from gpuprobe.engine.config import SchedulerConfig
 from gpuprobe.engine.scheduler import Scheduler
@@ -63,28 +63,15 @@ class SimScheduler(Scheduler):
     def advance_decodes(self, num_steps: int, token_id: int) -> list[Sequence]:
         """Do what num_steps rounds of schedule() and postprocess() would do, right after
         uniform_decode_steps(token_id) said k >= num_steps. Returns the sequences that finished
-        (on the last step; retired like postprocess() retires them). No TokenEvents."""
+        (on the last step; retired like postprocess() retires them). No TokenEvents. Raises
+        ValueError where the scheduler did anything else since that call."""
         return self.decode_run.advance(num_steps, token_id)
-
-    def add(self, seq: Sequence) -> None:
-        Scheduler.add(self, seq)  # (not super(): once per simulated request)
-        self.decode_run.allowed = None
-
-    def add_prefilled(self, seq: Sequence) -> bool:
-        if not Scheduler.add_prefilled(self, seq):
-            return False
-        self.decode_run.allowed = None
-        return True
 
     def abort(self, seq_id: str) -> bool:
         self.decode_run.settle_all()
-        return Scheduler.abort(self, seq_id)
+        return super().abort(seq_id)
 
-    def schedule(self) -> Batch:
-        # The run is settled only if this step decodes (or an admission needs its blocks).
-        self.decode_run.allowed = None
-        return Scheduler.schedule(self)
-
+    # The run is settled only where a step decodes (or an admission needs its blocks: KvPool).
     def _schedule_decodes(self, max_seqs: int) -> tuple[list[Sequence], list[Sequence]]:
         self.decode_run.settle_all()
-        return Scheduler._schedule_decodes(self, max_seqs)
+        return Scheduler._schedule_decodes(self, max_seqs)  # (not super(): once per step)
