@@ -18,7 +18,6 @@ import pandas as pd
 import pytest
 
 from gpuprobe.engine.scheduler import Scheduler, SchedulerConfig
-from gpuprobe.engine.sequence import SamplingParams, Sequence
 from gpuprobe.perf import sim_engine
 from gpuprobe.perf.costmodel import Link, Overhead, Profile, simple_worker
 from gpuprobe.perf.metrics import Slo
@@ -126,73 +125,6 @@ def test_the_cases_exercise_preemption_and_partial_decode_steps(monkeypatch):
         for layout in LAYOUTS:
             _run(case, layout)
     assert counts["preempt"] > 0 and counts["partial"] > 0
-
-
-def _decoding(num_blocks: int = 64) -> Scheduler:
-    """Three sequences prefilled (prefill-first), all decoding: 9, 6 and 12 tokens to go."""
-    sched = Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=4))
-    for i, (prompt, out) in enumerate(((5, 10), (7, 7), (3, 13))):
-        sched.add(Sequence(f"r{i}", [10 + i] * prompt, SamplingParams(max_tokens=out,
-                                                                      ignore_eos=True)))
-    _single(sched, 1)
-    return sched
-
-
-def _single(sched: Scheduler, steps: int, token: int = 7) -> None:
-    for _ in range(steps):
-        batch = sched.schedule()
-        sched.postprocess(batch, {**{c.seq.seq_id: token for c in batch.prefill},
-                                  **{s.seq_id: token for s in batch.decode}})
-
-
-def _seen(seqs: list, sched: Scheduler) -> list:
-    """Everything the public API shows of the KV pool and the sequences (pool first: reading
-    a sequence settles it)."""
-    return [sched.block_manager.num_free_blocks, sched.block_manager.usage,
-            len(sched.running)] + [
-        (s.seq_id, s.num_tokens, s.num_computed_tokens, s.token_ids, s.last_token_id,
-         len(s.block_table), s.is_prefill_done, s.status, s.finish_reason) for s in seqs]
-
-
-def test_lazy_decode_runs_show_single_step_state_to_every_reader():
-    fast, slow = _decoding(), _decoding()
-    seqs_f, seqs_s = list(fast.running), list(slow.running)
-    done = 0
-    for steps, read in ((2, False), (3, True), (1, True), (3, False), (2, True)):
-        k, _ = fast.uniform_decode_steps(7)
-        assert k >= steps
-        fast.advance_decodes(steps, 7)
-        _single(slow, steps)
-        done += steps
-        if read:  # a read mid-run settles what is owed; the run goes on afterwards
-            assert _seen(seqs_f, fast) == _seen(seqs_s, slow), done
-    # A step the scheduler takes itself (another token) settles the rest first.
-    _single(fast, 1, token=8)
-    _single(slow, 1, token=8)
-    assert _seen(seqs_f, fast) == _seen(seqs_s, slow)
-    assert seqs_f[0].completion_token_ids == [7] * 10 and seqs_f[1].finish_reason == "length"
-    assert seqs_f[2].completion_token_ids == [7] * 12 + [8]
-
-
-def test_admission_and_abort_during_a_lazy_run_match_single_steps():
-    # 40 blocks of 4, 8 in use after 4 steps: a 124-token prompt (31 blocks) fits only once
-    # the owed blocks are counted exactly (the bound says no), which settles the run first;
-    # a 132-token one waits.
-    for prompt in (8, 124, 132):
-        fast, slow = _decoding(num_blocks=40), _decoding(num_blocks=40)
-        k, _ = fast.uniform_decode_steps(7)
-        fast.advance_decodes(4, 7)
-        _single(slow, 4)
-        for sched in (fast, slow):
-            sched.add(Sequence("new", [3] * prompt, SamplingParams(max_tokens=5)))
-            _single(sched, 2)
-        assert _seen(list(fast.running), fast) == _seen(list(slow.running), slow), prompt
-        k, _ = fast.uniform_decode_steps(7)
-        if k:
-            fast.advance_decodes(1, 7)
-            _single(slow, 1)
-        assert fast.abort("r0") and slow.abort("r0")
-        assert _seen(list(fast.running), fast) == _seen(list(slow.running), slow), prompt
 
 
 def _short(v) -> float:

@@ -17,7 +17,8 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     import pandas as pd
 
     from gpuprobe.perf.metrics import Slo
-    from gpuprobe.validate.run import COMPARED, ValidateOptions, run_validate
+    from gpuprobe.validate.run import ValidateOptions, run_validate
+    from gpuprobe.validate.verdict import COMPARED
     from gpuprobe.workloads.loading import bundled_trace
     raw = pd.read_csv(bundled_trace("azure-conv"), nrows=40)
     ts = pd.to_datetime(raw["TIMESTAMP"])
@@ -111,7 +112,7 @@ def _check_sim_seeds(dump: dict) -> None:
     from gpuprobe.validate.layout_probe import scheduler_configs
     from gpuprobe.perf.predict import _contended, _scaled_front
     from gpuprobe.validate.repredict import dump_drift, probes_from_dump
-    from gpuprobe.validate.run import predict_layouts
+    from gpuprobe.validate.predictions import predict_layouts
 
     opts = replace(dump["options"], sim_seeds=3)
     probes = probes_from_dump(dump, opts)
@@ -264,7 +265,7 @@ def test_no_host_effects_predicts_as_simulate_does():
     import types
 
     from gpuprobe.perf.contention import FrontCpu
-    from gpuprobe.validate.run import host_effects_of
+    from gpuprobe.validate.predictions import host_effects_of
 
     probes = {"monolithic": types.SimpleNamespace(front_cpu=FrontCpu(0.005, 0.001))}
     on = host_effects_of(probes, _cli_options("--layouts", "monolithic"), {"monolithic": [{"m": 1.1}]})
@@ -282,7 +283,7 @@ def test_the_budget_stops_a_phase_in_progress_with_one_line():
 
     from gpuprobe.errors import GpuprobeError
     from gpuprobe.server.launch import ServerHandle
-    from gpuprobe.validate.run import BudgetWatch
+    from gpuprobe.validate.budget_watch import BudgetWatch
 
     proc = subprocess.Popen(["sleep", "60"])  # stands for a server busy with a long phase
     probe = types.SimpleNamespace(layout="monolithic", handle=ServerHandle("http://x", proc))

@@ -20,14 +20,9 @@ class BlockManager:
         self.block_size = block_size
         # A stack: freed blocks are reused first, which keeps the touched KV memory small.
         self._free: list[int] = list(range(num_blocks - 1, -1, -1))
-        # Set while a Scheduler's lazy decode run owes blocks (decode_run.LazyRun): reading
-        # the counts first takes them, so readers see what single steps would have left.
-        self.settle_hook = None
 
     @property
     def num_free_blocks(self) -> int:
-        if self.settle_hook is not None:
-            self.settle_hook()
         return len(self._free)
 
     @property
@@ -49,7 +44,10 @@ class BlockManager:
         return max(0, need - len(seq.block_table))
 
     def can_allocate(self, seq: Sequence, num_tokens: int) -> bool:
-        return self.num_new_blocks(seq, num_tokens) <= len(self._free)
+        """Whether allocate(seq, num_tokens) would find its blocks free."""
+        # num_new_blocks() inlined (once per admission); a need < 0 fits like 0 does.
+        need = -(-(seq.num_computed_tokens + num_tokens) // self.block_size) - len(seq.block_table)
+        return need <= len(self._free)
 
     def allocate(self, seq: Sequence, num_tokens: int) -> None:
         """Grow seq.block_table to cover num_computed_tokens + num_tokens positions."""

@@ -7,13 +7,17 @@ Two policies, chosen by SchedulerConfig.chunked_prefill_tokens:
   running decodes take it first and prefill chunks fill the rest.
 KV blocks for a whole prompt are taken when it is admitted, so only decodes grow; when a
 decode cannot get a block, the newest running sequence is preempted and recomputed later.
+
+Extending it (the simulator's SimScheduler in gpuprobe/perf/sim_scheduler.py does): every
+admission asks `block_manager.can_allocate()`, and a step that decodes reads the running
+sequences' progress first in `_schedule_decodes()`; so a subclass may give the scheduler a
+BlockManager of its own and wrap that method, keeping the public methods' contracts.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from gpuprobe.engine import decode_run
 from gpuprobe.engine.batch import Batch, PrefillChunk, TokenEvent  # re-exported
 from gpuprobe.engine.block_manager import BlockManager
 from gpuprobe.engine.config import ROLES, SchedulerConfig  # noqa: F401 (re-exported)
@@ -30,7 +34,6 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: newest last, preempted first
         self._prefilled: list[Sequence] = []  # role='prefill': done, blocks still held
-        self._decode_run = decode_run.LazyRun(self)  # only ever used by the simulator
         # Read per request (config is frozen): ceil(m / size) > num_blocks <=> m > this.
         self._max_positions = config.num_blocks * config.block_size
         self._role = config.role
@@ -56,7 +59,6 @@ class Scheduler:
         if (seq.num_tokens if role == "prefill" else
                 seq.num_prompt_tokens + seq.params.max_tokens - 1) > self._max_positions:
             self._check_fits(seq)
-        self._decode_run.allowed = None  # drop(), inlined: once per simulated request
         seq.status = SeqStatus.WAITING
         self.waiting.append(seq)
 
@@ -69,8 +71,8 @@ class Scheduler:
         """
         if self._role == "prefill":
             raise ValueError("a prefill-role scheduler does not decode")
-        # The checks of is_prefill_done, _check_fits() and _can_allocate(seq, 1) in one pass
-        # over the sequence's counters (once per simulated request on a decode worker).
+        # is_prefill_done's and _check_fits()'s tests, inlined (once per simulated request on a
+        # decode worker).
         n, done = seq.num_tokens, seq.num_computed_tokens
         if n == seq.num_prompt_tokens or done < n - 1 or seq.block_table:
             raise ValueError(f"{seq.seq_id}: add_prefilled wants a prefilled sequence "
@@ -80,11 +82,8 @@ class Scheduler:
         # Recomputing preempted sequences comes before taking new ones.
         if self.waiting or len(self.running) >= self.config.max_num_seqs:
             return False
-        need = -(-(done + 1) // self.config.block_size)  # num_new_blocks(seq, 1): no table
-        run = self._decode_run
-        if not (need <= len(self.block_manager._free) if not run.members else run.fits(need)):
+        if not self.block_manager.can_allocate(seq, 1):  # its KV and the next decode's
             return False
-        run.allowed = None  # drop()
         self.block_manager.allocate(seq, 0)
         seq.status = SeqStatus.RUNNING
         self.running.append(seq)
@@ -92,7 +91,6 @@ class Scheduler:
 
     def abort(self, seq_id: str) -> bool:
         """Drop a request wherever it is and free its blocks. Returns whether it was found."""
-        self._decode_run.settle_all()
         for queue in (self.waiting, self.running, self._prefilled):
             for seq in queue:
                 if seq.seq_id == seq_id:
@@ -114,9 +112,7 @@ class Scheduler:
         self.block_manager.deallocate(seq)
 
     def schedule(self) -> Batch:
-        self._decode_run.drop()
         if self.config.chunked_prefill_tokens is None:
-            # A lazy decode run is settled only if this step decodes (_can_allocate aside).
             return self._schedule_prefill_first()
         return self._schedule_chunked(self.config.chunked_prefill_tokens)
 
@@ -141,30 +137,14 @@ class Scheduler:
             events.append(self._append(seq, token_ids[seq.seq_id]))
         return events
 
-    def uniform_decode_steps(self, token_id: int) -> tuple[int, int]:
-        """(k, ctx_tokens): the next k steps would each be the same batch, every running
-        sequence decoding and nothing else, each sampling token_id, with no preemption; the
-        first attends ctx_tokens KV positions, each later one len(running) more. k = 0 when
-        the next step is not such a step. A finish (by length) ends the run on its k-th step.
-        """
-        return self._decode_run.plan(token_id)
-
-    def advance_decodes(self, num_steps: int, token_id: int) -> list[Sequence]:
-        """Do what num_steps rounds of schedule() and postprocess() would do, right after
-        uniform_decode_steps(token_id) said k >= num_steps. Returns the sequences that finished
-        (on the last step; retired like postprocess() retires them). No TokenEvents."""
-        return self._decode_run.advance(num_steps, token_id)
-
     def _schedule_prefill_first(self) -> Batch:
         prefill = self._admit(self.config.max_num_batched_tokens, whole=True)
         if prefill or self.config.role == "prefill":
             return Batch(prefill=prefill)
-        self._decode_run.settle_all()
         decode, preempted = self._schedule_decodes(self.config.max_num_seqs)
         return Batch(decode=decode, preempted=preempted)
 
     def _schedule_chunked(self, budget: int) -> Batch:
-        self._decode_run.settle_all()
         decode, preempted = [], []
         if self.config.role != "prefill":
             decode, preempted = self._schedule_decodes(min(self.config.max_num_seqs, budget))
@@ -190,14 +170,15 @@ class Scheduler:
         """
         chunks: list[PrefillChunk] = []
         waiting, running = self.waiting, self.running  # never rebound
-        max_seqs, allocate = self.config.max_num_seqs, self.block_manager.allocate
+        max_seqs, bm = self.config.max_num_seqs, self.block_manager
+        can_allocate, allocate = bm.can_allocate, bm.allocate
         while waiting and budget > 0 and len(running) < max_seqs:
             seq = waiting[0]
             remaining = seq.num_tokens - seq.num_computed_tokens
             n = remaining if whole else min(remaining, budget)
             if whole and chunks and n > budget:
                 break
-            if not self._can_allocate(seq, remaining):
+            if not can_allocate(seq, remaining):
                 break
             allocate(seq, remaining)
             waiting.popleft()
@@ -268,15 +249,6 @@ class Scheduler:
         self.block_manager.deallocate(seq)
         seq.status = SeqStatus.FINISHED
         seq.finish_reason = reason
-
-    def _can_allocate(self, seq: Sequence, num_tokens: int) -> bool:
-        """BlockManager.can_allocate(), counting the blocks a lazy decode run still owes."""
-        bm, run = self.block_manager, self._decode_run
-        # num_new_blocks(), inlined (once per admission), with an if for its max(0, ...).
-        need = -(-(seq.num_computed_tokens + num_tokens) // bm.block_size) - len(seq.block_table)
-        if need < 0:  # noqa: PLR1730
-            need = 0
-        return need <= len(bm._free) if not run.members else run.fits(need)
 
     def _check_fits(self, seq: Sequence) -> None:
         # The longest KV a request can need: the last sampled token never gets KV.

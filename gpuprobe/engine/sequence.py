@@ -54,7 +54,7 @@ class Sequence:
 
     __slots__ = ("seq_id", "prompt_token_ids", "num_prompt_tokens", "num_tokens", "_completion",
                  "params", "arrival_s", "num_computed_tokens", "block_table", "status",
-                 "finish_reason", "_lazy", "_lazy_base")  # _lazy*: see decode_run.Owing
+                 "finish_reason")
 
     def __init__(self, seq_id: str, prompt_token_ids: Iterable[int], params: SamplingParams,
                  arrival_s: float = 0.0):

@@ -1,11 +1,12 @@
-"""One simulated engine worker: the real Scheduler, a cost model for the runner, a virtual clock.
+"""One simulated engine worker: the engine's Scheduler policy (as SimScheduler), a cost model
+for the runner, a virtual clock.
 
 The worker is fed (ready_s, Sequence) inputs in time order: new requests for roles 'mixed'
 and 'prefill', prefilled sequences for role 'decode'. Each step asks the shared Scheduler for
 a batch, advances the clock by the cost model's step time, and hands the Scheduler a token per
 sequence (postprocess), exactly as the reference server's engine does with real forward passes.
 
-Speed: when the Scheduler says the next k steps are the same all-decode batch
+Speed: when the SimScheduler says the next k steps are the same all-decode batch
 (uniform_decode_steps), the worker takes as many of them as end before the next input is due
 in one macro-step (advance_decodes): the same step times, bit for bit, and the same effects as
 single steps, without a schedule() call or a TokenEvent per step. The macro-step's loop only
@@ -26,11 +27,12 @@ from collections import deque
 
 import numpy as np
 
-from gpuprobe.engine.scheduler import Scheduler, SchedulerConfig
+from gpuprobe.engine.scheduler import SchedulerConfig
 from gpuprobe.engine.sequence import SeqStatus, Sequence
 from gpuprobe.perf.costmodel import StepCost
 from gpuprobe.perf.front_events import LEAD_S
 from gpuprobe.perf.sim_noise import noisy_step_fn
+from gpuprobe.perf.sim_scheduler import SimScheduler
 from gpuprobe.perf.sim_timeline import macro_ends
 
 MIN_MACRO_STEPS = 1  # the bench and tests set it out of reach to get the single-step baseline
@@ -56,7 +58,7 @@ class SimEngine:
     def __init__(self, config: SchedulerConfig, cost: StepCost,
                  rng: np.random.Generator | None = None):
         self.config = config
-        self.sched = Scheduler(config)
+        self.sched = SimScheduler(config)
         self.step_s = cost.step_fn()
         # Step-time noise (the profile's, drawn from rng): every step differs, so no
         # macro-steps; without an rng or noise the steps lie on the curve.
@@ -86,7 +88,7 @@ class SimEngine:
                       if config.role != "decode" else None)
         # The decode term's C: the sum of the contexts, or B * the longest (a padded call).
         self._padded = cost.decode_attention == "padded"
-        self.sched._decode_run.track_max = self._padded
+        self.sched.decode_run.track_max = self._padded
         self.first_s: dict[str, float] = {}
         # Doubles and int64s, not lists of Python numbers: no object kept per step.
         self.single_ends = array("d")  # ends of the steps taken one at a time, in step order
@@ -126,10 +128,10 @@ class SimEngine:
         waiting, running = sched.waiting, sched.running
         min_macro = MIN_MACRO_STEPS  # read once: the bench and tests set it before a run
         plan = None if role == "prefill" or min_macro >= 10 ** 9 or self._noisy else (
-            sched._decode_run.plan)  # == uniform_decode_steps(), one call layer less
+            sched.decode_run.plan)  # == uniform_decode_steps(), one call layer less
         d0, d1, d2, ovh, scale = self._dec
-        plain, advance = self._plain, sched._decode_run.advance  # == advance_decodes()
-        max_ctx = sched._decode_run.max_ctx if self._padded else None
+        plain, advance = self._plain, sched.decode_run.advance  # == advance_decodes()
+        max_ctx = sched.decode_run.max_ctx if self._padded else None
         m_first, m_len, m_t0 = self.macro_first.append, self.macro_len.append, self.macro_t0.append
         m_seqs, m_ctx = self.macro_seqs.append, self.macro_ctx.append
         m_chain, chain_end = self.chain_starts.append, NO_INPUT

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuprobe.engine.scheduler import SchedulerConfig
-from gpuprobe.engine.sequence import SamplingParams, Sequence
+from gpuprobe.engine.sequence import SamplingParams
 from gpuprobe.perf.costmodel import Profile
 from gpuprobe.perf.sim_engine import SimEngine, np_view
+from gpuprobe.perf.sim_scheduler import SimSequence
 
 LAYOUTS = ("monolithic", "intra", "cross")
 DEVICES = {"monolithic": 1, "intra": 1, "cross": 2}
@@ -64,14 +65,15 @@ class RawTimes:
     stats: dict
 
 
-def _sequences(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> list[Sequence]:
+def _sequences(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> list[SimSequence]:
     # ignore_eos: the trace says how many tokens each request produced. range(p) is a prompt
     # nobody reads the ids of (Sequence keeps it as is); one SamplingParams per length.
+    # SimSequences: they can join the SimScheduler's lazy decode runs.
     # Built with map(): no Python-level loop per request.
     prompts = np.maximum(np.asarray(prompt_tokens).astype(np.int64), 1).tolist()
     outputs = np.maximum(np.asarray(output_tokens).astype(np.int64), 1).tolist()
     params = {o: SamplingParams(max_tokens=o, ignore_eos=True) for o in set(outputs)}
-    return list(map(Sequence, map(str, range(len(prompts))), map(range, prompts),
+    return list(map(SimSequence, map(str, range(len(prompts))), map(range, prompts),
                     map(params.__getitem__, outputs)))
 
 

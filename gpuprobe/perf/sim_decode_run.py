@@ -2,19 +2,20 @@
 
 When every running sequence is decoding and nothing else can happen (nothing waiting, no
 prompt part-way, the sampled token stops no one, enough free KV blocks), the next steps are
-the same batch over and over, each sequence one position further. The simulator advances
-such a run with Scheduler.uniform_decode_steps() / advance_decodes(); the reference server
-never calls them, so none of this is ever active there.
+the same batch over and over, each sequence one position further. The simulator's
+SimScheduler (sim_scheduler.py) advances such a run with uniform_decode_steps() /
+advance_decodes(); the engine's Scheduler, which the reference server runs, knows nothing of it.
 
-Lazy: the running sequences that joined the run (a prefix of Scheduler.running; newcomers are
-appended) owe the steps taken since they joined or were last settled: one global step count,
-a base step per sequence, a heap of finish steps. advance() only moves the count and settles
-the sequences that finish. Owing sequences have class Owing, whose counters, token list and
-block table settle the sequence before any read or write, and the BlockManager's free counts
-settle every member first; so whatever reads state through the public API sees what single
-steps would have left. The block counts match single steps exactly; which free block ids a
-sequence gets can differ (nothing reads them in a run). A member's params are read once, when
-it joins.
+Lazy: the running sequences that joined the run (a prefix of the scheduler's running list;
+newcomers are appended) owe the steps taken since they joined or were last settled: one global
+step count, a base step per sequence, a heap of finish steps. advance() only moves the count
+and settles the sequences that finish. Only SimSequences join (their two extra slots hold a
+member's run and base step). Owing members have class Owing, whose counters, token list and
+block table settle the sequence before any read or write, and the SimScheduler's block manager
+settles every member before it counts free blocks; so whatever reads state through the public
+API sees what single steps would have left. The block counts match single steps exactly;
+which free block ids a sequence gets can differ (nothing reads them in a run). A member's
+params are read once, when it joins.
 """
 from __future__ import annotations
 
@@ -24,11 +25,19 @@ from typing import TYPE_CHECKING
 from gpuprobe.engine.sequence import Sequence
 
 if TYPE_CHECKING:
-    from gpuprobe.engine.scheduler import Scheduler
+    from gpuprobe.perf.sim_scheduler import SimScheduler
 
 
-class Owing(Sequence):
-    """A running Sequence that may owe decode steps to its Scheduler's LazyRun (seq._lazy)."""
+class SimSequence(Sequence):
+    """A simulated request: a Sequence that can join a LazyRun. _lazy: the run it owes steps
+    to (Owing), or the token its untaken completion tokens repeat (Pending); _lazy_base: the
+    run's step count when it last settled (Owing), or how many tokens it lacks (Pending)."""
+
+    __slots__ = ("_lazy", "_lazy_base")
+
+
+class Owing(SimSequence):
+    """A running SimSequence that may owe decode steps to its scheduler's LazyRun (seq._lazy)."""
 
     __slots__ = ()
 
@@ -50,8 +59,8 @@ for _name in ("num_tokens", "num_computed_tokens", "block_table", "_completion")
     setattr(Owing, _name, _settling(_name))
 
 
-class Pending(Sequence):
-    """A Sequence that left a run with its last seq._lazy_base completion tokens (each
+class Pending(SimSequence):
+    """A SimSequence that left a run with its last seq._lazy_base completion tokens (each
     seq._lazy) not yet in its token list: the list is filled on first use. A simulated
     request's tokens are never read, and 4 M of them per hour of trace cost ~10% to build."""
 
@@ -59,14 +68,14 @@ class Pending(Sequence):
 
 
 def _fill(seq):
-    seq.__class__ = Sequence
+    seq.__class__ = SimSequence
     seq._completion += [seq._lazy] * seq._lazy_base
     seq._lazy = None
     return seq._completion
 
 
 def _replace(seq, value):
-    seq.__class__ = Sequence
+    seq.__class__ = SimSequence
     seq._lazy = None
     seq._completion = value
 
@@ -75,12 +84,14 @@ Pending._completion = property(_fill, _replace)
 
 
 class LazyRun:
-    """A Scheduler's lazy decode run: see the module docstring. allowed: what the last plan()
-    allowed advance() to take, (k, token_id), dropped by anything else the scheduler does."""
+    """A SimScheduler's lazy decode run: see the module docstring. allowed: what the last plan()
+    allowed advance() to take, (k, token_id); advance() also refuses it once the scheduler
+    has moved on (a sequence waiting or running outside the run, as any step, addition or
+    settling read leaves it)."""
 
-    def __init__(self, sched: Scheduler):
+    def __init__(self, sched: SimScheduler):
         self.sched = sched
-        # Never rebound by the Scheduler or BlockManager: read once, plan() runs at every
+        # Never rebound by the scheduler or its block manager: read once, plan() runs at every
         # simulated event.
         self._running, self._waiting = sched.running, sched.waiting
         self._free = sched.block_manager._free
@@ -93,7 +104,7 @@ class LazyRun:
         self.step = 0        # steps taken lazily so far (a member owes step - its base)
         self.sum_base = 0    # of the members' base steps
         self.sum_done = 0    # of the members' num_computed_tokens as last settled
-        self.finishes: list[tuple[int, int, Sequence]] = []  # (finish step, order, seq)
+        self.finishes: list[tuple[int, int, SimSequence]] = []  # (finish step, order, seq)
         self.order = 0
         # track_max (set by a simulator whose cost model pads the decodes' attention to the
         # longest context): the members' longest context, lazily. A member's KV progress less
@@ -103,9 +114,6 @@ class LazyRun:
         self.track_max = False
         self._keys: list[int] = []          # -key, a heap
         self._key_count: dict[int, int] = {}
-
-    def drop(self) -> None:
-        self.allowed = None
 
     def owed_blocks_bound(self) -> int:
         """At least the KV blocks the members still owe: owing o steps takes at most
@@ -126,7 +134,7 @@ class LazyRun:
         return num_blocks <= len(free)
 
     def plan(self, token_id: int) -> tuple[int, int]:
-        """(k, ctx_tokens) of Scheduler.uniform_decode_steps()."""
+        """(k, ctx_tokens) of SimScheduler.uniform_decode_steps()."""
         self.allowed = None
         running = self._running
         B = len(running)
@@ -158,12 +166,15 @@ class LazyRun:
         return self.step + 1 - keys[0]
 
     def advance(self, k: int, token_id: int) -> list[Sequence]:
-        """Scheduler.advance_decodes(): take k planned steps; returns the members that finish
+        """SimScheduler.advance_decodes(): take k planned steps; returns the members that finish
         on the k-th (join order, which is running order), settled, no longer members, and
         retired as postprocess() retires them. The simulator calls this directly: one call
         layer less per macro-step."""
         allowed, self.allowed = self.allowed, None
-        if allowed is None or allowed[1] != token_id or not 1 <= k <= allowed[0]:
+        # plan() said k > 0 only with every running sequence a member and none waiting; a
+        # sequence added since, a step taken or a settling read breaks that.
+        if (allowed is None or allowed[1] != token_id or not 1 <= k <= allowed[0]
+                or self._waiting or len(self._running) != self.members):
             raise ValueError(f"advance_decodes({k}, {token_id}) wants a step count that "
                              f"uniform_decode_steps({token_id}) just allowed, got {allowed}")
         step = self.step = self.step + k
@@ -185,7 +196,6 @@ class LazyRun:
         """Make newcomers members, in order, while each is decoding and runs at least a step."""
         eos = self.token_id == self.sched.config.eos_token_id
         step, token_id = self.step, self.token_id
-        self.sched.block_manager.settle_hook = self.settle_all
         for s in newcomers:
             n, done, p = s.num_tokens, s.num_computed_tokens, s.params
             if done < n - 1 or n == s.num_prompt_tokens:
@@ -195,9 +205,9 @@ class LazyRun:
             left = p.max_tokens - n + s.num_prompt_tokens
             if left <= 0:
                 return False  # already past max_tokens: not for us to judge
-            if s.__class__ is not Sequence:
+            if s.__class__ is not SimSequence:
                 if s.__class__ is not Pending:
-                    return False  # a caller's own subclass: its class is not ours to swap
+                    return False  # not ours: an engine Sequence has no slots for a run
                 _fill(s)  # its tokens from an earlier run
             heapq.heappush(self.finishes, (step + left, self.order, s))
             self.order += 1
@@ -236,7 +246,7 @@ class LazyRun:
         """Apply the steps seq owes; it stays a member."""
         owed = self.step - seq._lazy_base
         if owed:
-            seq.__class__ = Sequence
+            seq.__class__ = SimSequence
             _apply(seq, owed, self.sched.block_manager)
             seq._completion += [self.token_id] * owed
             seq.__class__ = Owing
@@ -247,7 +257,7 @@ class LazyRun:
     def _leave(self, seq: Sequence) -> None:
         base = seq._lazy_base
         owed = self.step - base
-        seq.__class__ = Sequence
+        seq.__class__ = SimSequence
         self.sum_base -= base
         self.sum_done -= seq.num_computed_tokens
         self.members -= 1
@@ -268,13 +278,12 @@ class LazyRun:
             self._leave(s)
         self.finishes, self.sum_base, self.sum_done, self.allowed = [], 0, 0, None
         self._keys, self._key_count = [], {}
-        self.sched.block_manager.settle_hook = None
 
 
 def _apply(s: Sequence, k: int, bm) -> None:
-    """What k decode steps do to a plain Sequence, its token list aside: KV progress, token
-    count and the blocks k may_append() calls take (ids off the free stack as allocate()
-    takes them)."""
+    """What k decode steps do to a SimSequence (of that class, not Owing), its token list
+    aside: KV progress, token count and the blocks k may_append() calls take (ids off the
+    free stack as allocate() takes them)."""
     done = s.num_computed_tokens = s.num_computed_tokens + k
     s.num_tokens += k
     table, free = s.block_table, bm._free
