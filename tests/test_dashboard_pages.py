@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dashboard_demo_check import basic_charts  # the figures Overview and Live draw (plotly.js basic)
 from dashboard_fill import NUM_REQUESTS, SWITCH_S, T0, fill
 from gpuprobe.store import Sample, Store
 
@@ -58,7 +59,7 @@ def test_overview_counts_hosts_gpus_layout_recommendation_and_alerts(filled, mon
     assert metrics["Expected gain over the runner-up"] == "18.0%"
     assert "gpu1 (GPU-x) lost" in texts(at.error)
     assert "dropped 500 samples" in texts(at.warning)
-    glance = json.loads(at.get("plotly_chart")[0].proto.spec)  # the last hour: SM activity, request rate
+    glance = basic_charts(at)[0]  # the last hour: SM activity, request rate
     assert [a["text"].split("<")[1] for a in glance["layout"]["annotations"][:2]] == ["b>SM activity", "b>Request rate (server)"]
 
 
@@ -79,9 +80,9 @@ def values(arr) -> np.ndarray:
 
 
 def live_spec(at) -> dict:
-    charts = at.get("plotly_chart")
-    assert len(charts) == 1
-    return json.loads(charts[0].proto.spec)
+    charts = basic_charts(at)
+    assert len(charts) == 1 and not at.get("plotly_chart")
+    return charts[0]
 
 
 def test_live_panels_share_one_axis_with_the_switch_on_every_panel(filled, monkeypatch):
