@@ -156,6 +156,9 @@ def test_forecast_series_with_intervals_and_model(filled, monkeypatch):
     models = at.dataframe[0].value
     assert sorted(models["metric"]) == ["decode_tokens_per_s", "prefill_tokens_per_s"]
     assert set(models["model"]) == {"ets"}
+    assert set(models["note"]) == {"seasonality: none found"}  # plain and JSON notes read alike
+    backtest = at.dataframe[1].value  # the table store_forecast keeps beside the forecast
+    assert list(backtest["model"]) == ["ets", "ma3"] and list(backtest["chosen"]) == [True, False]
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert len(charts) == 2
     names = {t["name"] for t in charts[0]["data"]}
