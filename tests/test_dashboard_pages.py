@@ -211,3 +211,13 @@ def test_reports_generates_the_report(filled, monkeypatch):
     at.button[0].click().run(timeout=120)
     assert not at.exception and "Written" in texts(at.success)
     assert "Download the report (HTML)" in [b.label for b in at.get("download_button")]
+
+
+def test_reports_lists_the_reports_beside_the_store(tmp_path, monkeypatch):
+    fill(tmp_path / "r.db", gpus=False, requests=False).close()
+    (tmp_path / "report.html").write_text("<html>the demo's report</html>")
+    (tmp_path / "report.pdf").write_bytes(b"%PDF-1.4")
+    at = page("reports", tmp_path / "r.db", monkeypatch)
+    labels = [b.label for b in at.get("download_button")]
+    assert sorted(label.split(" ")[0] for label in labels) == ["report.html", "report.pdf"]
+    assert at.button[0].label == "Generate report"
