@@ -10,7 +10,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-PAGES = Path(__file__).resolve().parent.parent / "dashboard" / "pages"
+PAGES = Path(__file__).resolve().parent.parent / "dashboard" / "views"
 NOT_MADE_BY_THE_DEMO = ("No GPU", "The autopilot has made no decision", "No Prometheus given")
 
 

@@ -27,7 +27,8 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
               pytest.mark.timeout(300)]  # a loaded 2-core VM: the switch spawns two workers
 TOKEN = "dashboard-test-token"
-PAGES = (("", "Overview", 1), ("live", "Live", 1), ("workload", "Workload", 6), ("model", "Model", 1),
+# Live first: a fresh app's first URL naming a page must still run app.py's navigation
+PAGES = (("live", "Live", 1), ("", "Overview", 1), ("workload", "Workload", 6), ("model", "Model", 1),
          ("forecast", "Forecast", 2), ("recommend", "Recommend", 0), ("reports", "Reports", 0))
 
 
@@ -88,6 +89,7 @@ def visit(page, base: str, path: str, title: str, num_charts: int, shots: Path) 
         page.wait_for_function(CHARTS_DRAWN, arg=num_charts, timeout=30_000)
     else:
         page.wait_for_timeout(800)  # let the script finish
+    page.get_by_role("link", name="Recommend", exact=True).wait_for(timeout=5_000)  # app.py's titles
     page.screenshot(path=str(shots / f"{path or 'overview'}.png"))
     assert page.locator('[data-testid="stException"]').count() == 0, path
     drawn = page.evaluate(TRACES)

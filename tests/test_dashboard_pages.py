@@ -14,7 +14,7 @@ from dashboard_demo_check import basic_charts  # the figures Overview and Live d
 from dashboard_fill import NUM_REQUESTS, SWITCH_S, T0, fill
 from gpuprobe.store import Sample, Store
 
-PAGES = Path(__file__).resolve().parent.parent / "dashboard" / "pages"
+PAGES = Path(__file__).resolve().parent.parent / "dashboard" / "views"
 NAMES = ("overview", "live", "workload", "model", "forecast", "recommend", "reports")
 
 
