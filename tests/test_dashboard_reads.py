@@ -123,3 +123,13 @@ def test_store_forecast_keeps_each_series_backtest_for_the_forecast_page(tmp_pat
     assert [(b["model"], b["mae"], b["chosen"]) for b in note_backtest(req.iloc[0])] == [("ets", 1.0, True),
                                                                                          ("last", 2.0, False)]
     assert note_text("older plain note") == "older plain note" and note_backtest("older plain note") == []
+
+
+def test_a_servers_first_layout_is_marked_as_its_start(tmp_path):
+    from gpuprobe.dashboard.charts import switch_marks
+    with Store.open(tmp_path / "s.db") as store:
+        store.insert_layout_events([{"ts_s": T0, "to_layout": "monolithic", "actor": "serve"},
+                                    {"ts_s": T0 + 60, "from_layout": "monolithic", "to_layout": "intra", "actor": "admin"}])
+        ev = queries.layout_switches(store)
+    shapes, notes = switch_marks(ev, 2, (T0, T0 + 120))
+    assert len(shapes) == 4 and [n["text"].strip() for n in notes] == ["start: monolithic", "monolithic -> intra"]
