@@ -3,11 +3,12 @@
 
     python bench/dashboard_bench.py [--hours 24] [--gpus 8] [--store /tmp/day.db] [--repeats 3]
 
-Time = from Playwright's navigation to /live until the first plotly trace is in the DOM
-(chromium at /usr/bin/chromium). "cold" is the first visit after the dashboard started (nothing
-cached), "warm" the median of the next visits (Streamlit's cache, keyed on the data version).
-Target (issue 39): the first chart within 3 s on the day of samples. A --store that already
-holds the day is reused, so a rerun skips the ~minutes of writing it.
+Time = from Playwright's navigation to /live until the first plotly trace is drawn (chromium at
+/usr/bin/chromium). The bar's figure is "fresh": a new browser (nothing cached, no JS parsed)
+straight to /live, median of --repeats, once the app's reads are cached; "server cold" is the
+first of them, right after the app started. Target (issue 39): within 3 s on the day of samples,
+beside the empty store's figure. A --store that already holds the day is reused, so a rerun
+skips the minutes of writing it. Run it on a quiet machine: contention decides these seconds.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ T0 = 1_700_000_000.0
 GPU_METRICS = (("gpm", "sm_util_pct", 60.0), ("gpm", "sm_occupancy_pct", 30.0), ("gpm", "dram_bw_util_pct", 70.0),
                ("gpm", "tensor_util_pct", 25.0), ("nvml", "mem_used_bytes", 6e10), ("nvml", "power_w", 450.0))
 CHUNK = 500_000
+CHROMIUM = "/usr/bin/chromium"
 
 
 def build(path: Path, hours: float, gpus: int, hz: float, say=print) -> int:
@@ -67,59 +69,81 @@ def rows_in(path: Path) -> int:
 def dashboard(store: Path, port: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "gpuprobe.cli.main", "dashboard", "--store", str(store),
                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
+    deadline = time.monotonic() + 180  # a busy 2-core VM starts Streamlit in 10-60 s
+    while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)
             return proc
         except OSError:
             time.sleep(0.2)
-    raise SystemExit("dashboard did not start")
+    raise SystemExit("dashboard did not start in 180 s")
 
 
-def first_chart_s(page, url: str, empty: bool) -> float:
-    t = time.perf_counter()
-    page.goto(url)
-    if empty:  # an empty store's Live page has no chart: its "what is missing" line is its first content
-        page.get_by_text("No samples and no requests").wait_for(timeout=60_000)
+# The first plotly trace drawn, in the page or in a same-origin frame (Overview and Live draw
+# theirs in a frame with plotly.js's basic bundle: dashboard/fast_chart.py).
+FIRST_TRACE = """() => [document, ...[...document.querySelectorAll('iframe')]
+    .map(f => { try { return f.contentDocument; } catch (e) { return null; } }).filter(Boolean)]
+    .some(d => d.querySelector('.js-plotly-plot .scatterlayer .trace'))"""
+EMPTY_TEXT = "No samples and no requests"  # an empty store's Live page: its first content
+
+
+def wait_first(page, empty: bool) -> None:
+    if empty:
+        page.get_by_text(EMPTY_TEXT).wait_for(timeout=120_000)
     else:
-        page.locator(".js-plotly-plot .scatterlayer .trace").first.wait_for(timeout=60_000)
-    return time.perf_counter() - t
+        page.wait_for_function(FIRST_TRACE, timeout=120_000, polling=50)
 
 
-def measure(store: Path, repeats: int, empty: bool) -> tuple[float, float]:
+def fresh_s(pw, url: str, empty: bool) -> float:
+    """A new browser (no cache, nothing parsed) straight to `url`: the bar's case."""
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        t = time.perf_counter()
+        page.goto(url)
+        wait_first(page, empty)
+        return time.perf_counter() - t
+    finally:
+        browser.close()
+
+
+def measure(store: Path, repeats: int, empty: bool) -> dict[str, float]:
+    """Seconds to the Live page's first chart: `server_cold` (a fresh browser, the app just
+    started: nothing cached anywhere), `fresh` (median of fresh browsers once the app's reads
+    are cached), `reload` (/live again in a browser that has it), `click` (Overview, then Live
+    in the sidebar)."""
     from playwright.sync_api import sync_playwright
 
     port = free_port("127.0.0.1")
     proc = dashboard(store, port)
+    base, url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/live"
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+            server_cold = fresh_s(pw, url, empty)
+            fresh = [fresh_s(pw, url, empty) for _ in range(repeats)]
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            t = time.perf_counter()
-            page.goto(f"http://127.0.0.1:{port}/")  # the app's own start-up, not the Live page's:
-            page.get_by_role("heading", name="Overview").wait_for(timeout=60_000)
-            if not empty:  # the Overview's chart of the last hour (plotly.js parsed once per browser)
-                page.locator(".js-plotly-plot .scatterlayer .trace").first.wait_for(timeout=60_000)
-            opened = time.perf_counter() - t
-            url = f"http://127.0.0.1:{port}/live"
-            cold = first_chart_s(page, url, empty)
-            warm = [first_chart_s(page, url, empty) for _ in range(repeats)]
-            clicks = []  # as a user gets there: Overview, then Live in the sidebar (no reload)
-            for _ in range(repeats):
-                page.goto(f"http://127.0.0.1:{port}/")
-                page.get_by_role("heading", name="Overview").wait_for(timeout=60_000)
+            reload, clicks = [], []
+            for _ in range(repeats + 1):
+                t = time.perf_counter()
+                page.goto(url)
+                wait_first(page, empty)
+                reload.append(time.perf_counter() - t)
+            for _ in range(repeats):  # as a user gets there: Overview, then Live in the sidebar
+                page.goto(base + "/")
+                page.get_by_role("heading", name="Overview").wait_for(timeout=120_000)
                 page.wait_for_timeout(500)
                 t = time.perf_counter()
                 page.get_by_role("link", name="Live").click()
-                page.get_by_role("heading", name="Live").wait_for(timeout=60_000)
-                (page.get_by_text("No samples and no requests") if empty else
-                 page.locator(".js-plotly-plot .scatterlayer .trace").first).wait_for(timeout=60_000)
+                page.get_by_role("heading", name="Live").wait_for(timeout=120_000)
+                wait_first(page, empty)
                 clicks.append(time.perf_counter() - t)
             browser.close()
     finally:
         proc.terminate()
         proc.wait(20)
-    return opened, cold, statistics.median(warm), statistics.median(clicks)
+    return {"server_cold": server_cold, "fresh": statistics.median(fresh),
+            "reload": statistics.median(reload[1:]), "click": statistics.median(clicks)}
 
 
 def query_times(path: Path) -> dict[str, float]:
@@ -163,15 +187,15 @@ def main() -> None:
         e = measure(empty, args.repeats, empty=True)
         s = measure(small, args.repeats, empty=False)
     d = measure(args.store, args.repeats, empty=False)
-    print("seconds to the Live page's first chart (empty store: its first content). open = the app's"
-          " Overview with its chart, in a fresh browser; cold = then /live, nothing cached in the app;"
-          " reload = /live again (median); click = Overview, then Live in the sidebar (median)")
-    for name, (opened, cold, warm, click) in (("empty store (baseline)", e), ("6 min x 2 GPUs", s),
-                                              (f"{args.hours:g} h x {args.gpus} GPUs", d)):
-        print(f"  {name:<24} open {opened:5.2f}  cold {cold:5.2f}  reload {warm:5.2f}  click {click:5.2f}"
-              f"   (cold {cold / e[1]:.1f}x, reload {warm / e[2]:.1f}x, click {click / e[3]:.1f}x the empty store)")
-    print(f"target <= 3 s on the day of samples: cold {'met' if d[1] <= 3 else 'NOT met'}, "
-          f"reload {'met' if d[2] <= 3 else 'NOT met'}, click {'met' if d[3] <= 3 else 'NOT met'}")
+    print("seconds to the Live page's first chart (empty store: its first content). fresh = a new browser"
+          " straight to /live (median; the bar's case), server cold = the first of those, the app just"
+          " started; reload = /live again in the same browser; click = Overview, then Live in the sidebar")
+    for name, r in (("empty store (baseline)", e), ("6 min x 2 GPUs", s), (f"{args.hours:g} h x {args.gpus} GPUs", d)):
+        print(f"  {name:<24} fresh {r['fresh']:5.2f}  server cold {r['server_cold']:5.2f}  reload {r['reload']:5.2f}"
+              f"  click {r['click']:5.2f}   (fresh {r['fresh'] / e['fresh']:.1f}x the empty store's)")
+    print(f"target: a fresh browser's first chart within 3 s on the day of samples: {d['fresh']:.2f} s, "
+          f"{'met' if d['fresh'] <= 3 else 'NOT met'} ({d['fresh'] / e['fresh']:.1f}x the empty store, "
+          f"{d['fresh'] - e['fresh']:+.2f} s)")
 
 
 if __name__ == "__main__":

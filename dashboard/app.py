@@ -1,11 +1,13 @@
 """The dashboard's entry point: `gpuprobe dashboard` runs `streamlit run` on this file.
 
-Each page is a script in pages/; the store comes from $GPUPROBE_STORE (set by the command)."""
+Each page is a script in views/ (not pages/: Streamlit runs a pages/ script on its own, without
+this file's navigation and page config, when a browser's first URL names it, e.g. /live); the
+store comes from $GPUPROBE_STORE (set by the command)."""
 from pathlib import Path
 
 import streamlit as st
 
-HERE = Path(__file__).parent / "pages"
+HERE = Path(__file__).parent / "views"
 PAGES = [("overview.py", "Overview", ":material/dashboard:"), ("live.py", "Live", ":material/monitoring:"),
          ("workload.py", "Workload", ":material/stacked_bar_chart:"), ("model.py", "Model", ":material/rule:"),
          ("forecast.py", "Forecast", ":material/trending_up:"),

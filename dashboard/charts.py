@@ -68,7 +68,8 @@ def switch_marks(switches: pd.DataFrame, rows: int, x_range: tuple[float, float]
     shapes, notes = [], []
     middle = (x_range[0] + x_range[1]) / 2
     for r in switches.itertuples():
-        text = f"{r.from_layout} -> {r.to_layout}" if r.from_layout else f"start: {r.to_layout}"
+        # a server's first layout has no from_layout (NaN in the frame, and NaN is truthy)
+        text = f"{r.from_layout} -> {r.to_layout}" if isinstance(r.from_layout, str) and r.from_layout else f"start: {r.to_layout}"
         x = float(to_ms(r.ts_s))
         for row in range(1, rows + 1):
             axis = "" if row == 1 else str(row)

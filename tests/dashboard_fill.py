@@ -4,6 +4,8 @@ Figures are chosen so tests can assert them: 2 GPUs, 1 host, 240 server requests
 from monolithic to intra at T0 + 300 s, recommendation #1 (intra 70%, goodput 3.25)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -65,10 +67,16 @@ def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True,
                         "max_goodput_rps_per_device": 1.5}],
         "reasons": [{"text": "prompt:output ratio 5.2 moves to 0.1 at 300 s", "evidence": {"ratio": 5.2}}],
         "body": {"plans": {"vllm": "vllm serve MODEL --enable-chunked-prefill --max-num-batched-tokens 2048"}}})
+    # prefill's note as older stores hold it (plain text), decode's as store_forecast writes it
+    # now: JSON with the series' backtest rows
+    backtest = [{"series": "decode_tokens_per_s", "model": model, "mae": mae, "mase": mae / 20, "coverage80": 0.8,
+                 "coverage95": 0.95, "fit_s": 0.01, "chosen": model == "ets"} for model, mae in (("ets", 10.0), ("ma3", 14.0))]
+    notes = {"prefill_tokens_per_s": "seasonality: none found",
+             "decode_tokens_per_s": json.dumps({"note": "seasonality: none found", "backtest": backtest})}
     store.insert_forecasts([{"created_s": t0 + SPAN_S, "forecast_id": "fc-1", "workload": "wl-shift", "model": "ets", "metric": m,
                              "target_s": 600.0 + 10 * k, "value": v, "lo80": v * 0.8, "hi80": v * 1.2,
                              "lo95": v * 0.6, "hi95": v * 1.4, "as_of_s": 600.0, "bucket_s": 10.0,
-                             "horizon_s": 60.0, "note": "seasonality: none found"}
+                             "horizon_s": 60.0, "note": notes[m]}
                             for m, v in (("prefill_tokens_per_s", 500.0), ("decode_tokens_per_s", 120.0))
                             for k in range(6)])
     vrows = [{"layout": lay, "metric": m, "predicted": p, "measured": q, "rel_error": (p - q) / q}

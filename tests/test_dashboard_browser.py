@@ -27,18 +27,29 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
               pytest.mark.timeout(300)]  # a loaded 2-core VM: the switch spawns two workers
 TOKEN = "dashboard-test-token"
-PAGES = (("", "Overview", 1), ("live", "Live", 1), ("workload", "Workload", 6), ("model", "Model", 1),
+# Live first: a fresh app's first URL naming a page must still run app.py's navigation
+PAGES = (("live", "Live", 1), ("", "Overview", 1), ("workload", "Workload", 6), ("model", "Model", 1),
          ("forecast", "Forecast", 2), ("recommend", "Recommend", 0), ("reports", "Reports", 0))
 
 
+# The page's documents: its own and its same-origin frames (Overview and Live draw their
+# charts in a frame with plotly.js's basic bundle, dashboard/fast_chart.py).
+DOCS = """const docs = () => [document, ...[...document.querySelectorAll('iframe')]
+    .map(f => { try { return f.contentDocument; } catch (e) { return null; } }).filter(Boolean)];
+const all = sel => docs().flatMap(d => [...d.querySelectorAll(sel)]);"""
+
 # The drawn figure's own layout: at least n dashed lines per panel (y axis).
-SWITCHES_ON_EVERY_PANEL = """n => {
-    const gd = document.querySelector('.js-plotly-plot');
+SWITCHES_ON_EVERY_PANEL = "n => {" + DOCS + """
+    const gd = all('.js-plotly-plot')[0];
     if (!gd || !gd.layout) return false;
     const panels = Object.keys(gd.layout).filter(k => k.startsWith('yaxis')).length;
     const lines = (gd.layout.shapes || []).filter(s => s.line && s.line.dash === 'dash').length;
-    return panels > 0 && lines >= n * panels && document.querySelectorAll('.shapelayer path').length >= lines;
+    return panels > 0 && lines >= n * panels && gd.querySelectorAll('.shapelayer path').length >= lines;
 }"""
+CHARTS_DRAWN = "n => {" + DOCS + """
+    return all('.js-plotly-plot').length >= n && all('.js-plotly-plot .scatterlayer, .js-plotly-plot .barlayer').length > 0;
+}"""
+TRACES = "() => {" + DOCS + " return all('.js-plotly-plot .trace').length; }"
 
 
 def start_dashboard(store: Path, port: int, log: Path) -> subprocess.Popen:
@@ -75,14 +86,13 @@ def visit(page, base: str, path: str, title: str, num_charts: int, shots: Path) 
     page.goto(f"{base}/{path}")
     page.get_by_role("heading", name=title, exact=False).first.wait_for(timeout=30_000)
     if num_charts:
-        page.locator(".js-plotly-plot .scatterlayer, .js-plotly-plot .barlayer").first.wait_for(timeout=30_000)
-        page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot').length >= {num_charts}",
-                               timeout=30_000)
+        page.wait_for_function(CHARTS_DRAWN, arg=num_charts, timeout=30_000)
     else:
         page.wait_for_timeout(800)  # let the script finish
+    page.get_by_role("link", name="Recommend", exact=True).wait_for(timeout=5_000)  # app.py's titles
     page.screenshot(path=str(shots / f"{path or 'overview'}.png"))
     assert page.locator('[data-testid="stException"]').count() == 0, path
-    drawn = page.locator(".js-plotly-plot .trace").count()
+    drawn = page.evaluate(TRACES)
     assert (drawn > 0) == (num_charts > 0), (path, drawn)
 
 
@@ -132,13 +142,14 @@ def browse(base: str, dash, shots: Path, server_url: queue.Queue, failures: list
             visit(page, base, "live", "Live", 1, shots)
             # both switches the server made (its start, the dashboard's) are on every panel
             page.wait_for_function(SWITCHES_ON_EVERY_PANEL, arg=2, timeout=30_000)
-            page.get_by_text("monolithic -> intra").first.wait_for(timeout=5_000)
+            live = page.frame_locator('iframe[src*="plotly_basic"]').first  # the Live chart's frame
+            live.get_by_text("monolithic -> intra").first.wait_for(timeout=5_000)
             page.screenshot(path=str(shots / "live-after-apply.png"))
             # new data reaches an open Live page by itself (it redraws every few seconds)
             with Store.open(store) as s:
                 s.insert_layout_events([{"ts_s": time.time(), "from_layout": "intra", "to_layout": "cross",
                                          "actor": "test"}])
-            page.get_by_text("intra -> cross").first.wait_for(timeout=20_000)
+            live.get_by_text("intra -> cross").first.wait_for(timeout=20_000)
             browser.close()
     except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
         failures.append(exc)

@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dashboard_demo_check import basic_charts  # the figures Overview and Live draw (plotly.js basic)
 from dashboard_fill import NUM_REQUESTS, SWITCH_S, T0, fill
 from gpuprobe.store import Sample, Store
 
-PAGES = Path(__file__).resolve().parent.parent / "dashboard" / "pages"
+PAGES = Path(__file__).resolve().parent.parent / "dashboard" / "views"
 NAMES = ("overview", "live", "workload", "model", "forecast", "recommend", "reports")
 
 
@@ -58,7 +59,7 @@ def test_overview_counts_hosts_gpus_layout_recommendation_and_alerts(filled, mon
     assert metrics["Expected gain over the runner-up"] == "18.0%"
     assert "gpu1 (GPU-x) lost" in texts(at.error)
     assert "dropped 500 samples" in texts(at.warning)
-    glance = json.loads(at.get("plotly_chart")[0].proto.spec)  # the last hour: SM activity, request rate
+    glance = basic_charts(at)[0]  # the last hour: SM activity, request rate
     assert [a["text"].split("<")[1] for a in glance["layout"]["annotations"][:2]] == ["b>SM activity", "b>Request rate (server)"]
 
 
@@ -79,9 +80,9 @@ def values(arr) -> np.ndarray:
 
 
 def live_spec(at) -> dict:
-    charts = at.get("plotly_chart")
-    assert len(charts) == 1
-    return json.loads(charts[0].proto.spec)
+    charts = basic_charts(at)
+    assert len(charts) == 1 and not at.get("plotly_chart")
+    return charts[0]
 
 
 def test_live_panels_share_one_axis_with_the_switch_on_every_panel(filled, monkeypatch):
@@ -155,6 +156,9 @@ def test_forecast_series_with_intervals_and_model(filled, monkeypatch):
     models = at.dataframe[0].value
     assert sorted(models["metric"]) == ["decode_tokens_per_s", "prefill_tokens_per_s"]
     assert set(models["model"]) == {"ets"}
+    assert set(models["note"]) == {"seasonality: none found"}  # plain and JSON notes read alike
+    backtest = at.dataframe[1].value  # the table store_forecast keeps beside the forecast
+    assert list(backtest["model"]) == ["ets", "ma3"] and list(backtest["chosen"]) == [True, False]
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert len(charts) == 2
     names = {t["name"] for t in charts[0]["data"]}
@@ -207,3 +211,13 @@ def test_reports_generates_the_report(filled, monkeypatch):
     at.button[0].click().run(timeout=120)
     assert not at.exception and "Written" in texts(at.success)
     assert "Download the report (HTML)" in [b.label for b in at.get("download_button")]
+
+
+def test_reports_lists_the_reports_beside_the_store(tmp_path, monkeypatch):
+    fill(tmp_path / "r.db", gpus=False, requests=False).close()
+    (tmp_path / "report.html").write_text("<html>the demo's report</html>")
+    (tmp_path / "report.pdf").write_bytes(b"%PDF-1.4")
+    at = page("reports", tmp_path / "r.db", monkeypatch)
+    labels = [b.label for b in at.get("download_button")]
+    assert sorted(label.split(" ")[0] for label in labels) == ["report.html", "report.pdf"]
+    assert at.button[0].label == "Generate report"

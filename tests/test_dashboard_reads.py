@@ -104,3 +104,32 @@ def test_dashboard_command_always_names_the_address():
     cmd = command("/x.db", "127.0.0.1", 8600)
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--server.port") + 1] == "8600" and cmd[-1] != "run"
+
+
+def test_store_forecast_keeps_each_series_backtest_for_the_forecast_page(tmp_path):
+    from gpuprobe.forecast.persist import note_backtest, note_text, store_forecast
+    bt = [{"series": s, "model": m, "mae": np.float64(mae), "chosen": m == "ets", "fit_s": 0.2}
+          for s in ("requests_per_s", "decode_tokens_per_s") for m, mae in (("ets", 1.0), ("last", 2.0))]
+    series = {s: {"model": "ets", "note": f"{s}: no seasonality", "t_s": [60.0, 120.0], "mean": [1.0, 2.0],
+                  "lo80": [0.5, 1.0], "hi80": [1.5, 3.0], "lo95": [0.1, 0.2], "hi95": [2.0, 4.0]}
+              for s in ("requests_per_s", "decode_tokens_per_s")}
+    with Store.open(tmp_path / "f.db") as store:
+        fid = store_forecast(store, {"as_of_s": 60.0, "bucket_s": 60.0, "horizon_s": 120.0, "series": series,
+                                     "backtest": bt}, "wl")
+        rows = store.forecasts(forecast_id=fid)
+    assert len(rows) == 4
+    req = rows[rows["metric"] == "requests_per_s"]["note"]
+    assert {note_text(n) for n in req} == {"requests_per_s: no seasonality"}
+    assert [(b["model"], b["mae"], b["chosen"]) for b in note_backtest(req.iloc[0])] == [("ets", 1.0, True),
+                                                                                         ("last", 2.0, False)]
+    assert note_text("older plain note") == "older plain note" and note_backtest("older plain note") == []
+
+
+def test_a_servers_first_layout_is_marked_as_its_start(tmp_path):
+    from gpuprobe.dashboard.charts import switch_marks
+    with Store.open(tmp_path / "s.db") as store:
+        store.insert_layout_events([{"ts_s": T0, "to_layout": "monolithic", "actor": "serve"},
+                                    {"ts_s": T0 + 60, "from_layout": "monolithic", "to_layout": "intra", "actor": "admin"}])
+        ev = queries.layout_switches(store)
+    shapes, notes = switch_marks(ev, 2, (T0, T0 + 120))
+    assert len(shapes) == 4 and [n["text"].strip() for n in notes] == ["start: monolithic", "monolithic -> intra"]

@@ -12,11 +12,18 @@ STAGES = ("import the bundled", "start the reference server", "replay the first"
           "where everything is")
 
 
-@pytest.mark.timeout(600)
-def test_demo_quick_runs_every_stage_and_leaves_its_outputs(tmp_path):
-    db = tmp_path / "demo" / "gpuprobe.db"
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """One quick demo run for this file's tests: (store path, the finished process)."""
+    db = tmp_path_factory.mktemp("demo") / "gpuprobe.db"
     out = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "demo", "--quick", "--no-dashboard",
                           "--store", str(db)], capture_output=True, text=True, timeout=580)
+    return db, out
+
+
+@pytest.mark.timeout(600)
+def test_demo_quick_runs_every_stage_and_leaves_its_outputs(demo):
+    db, out = demo
     text = out.stdout
     assert out.returncode == 0, text[-3000:] + out.stderr[-2000:]
     assert "Traceback" not in out.stderr
@@ -46,3 +53,13 @@ def test_demo_quick_runs_every_stage_and_leaves_its_outputs(tmp_path):
     assert f"report (PDF)     {db.parent / 'report.pdf'}" in text
     actors = [r[0] for r in con.execute("SELECT actor FROM layout_events ORDER BY ts_s")]
     assert actors[-1] == "gpuprobe-apply"
+
+
+@pytest.mark.timeout(600)  # the demo's run, when this test is run alone
+def test_every_dashboard_page_shows_the_demo_run(demo):
+    from dashboard_demo_check import check_every_page
+    db, out = demo
+    assert out.returncode == 0, out.stdout[-2000:]
+    applied = sqlite3.connect(db).execute("SELECT to_layout FROM layout_events WHERE actor = 'gpuprobe-apply' "
+                                          "ORDER BY ts_s DESC LIMIT 1").fetchone()
+    check_every_page(db, applied[0])

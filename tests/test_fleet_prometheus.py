@@ -238,7 +238,7 @@ def _fleet_page(spec: str, tmp_path):
     old = {k: os.environ.get(k) for k in ("GPUPROBE_SOURCE", "GPUPROBE_STORE")}
     os.environ.update(GPUPROBE_SOURCE=spec, GPUPROBE_STORE=str(tmp_path / "dash.db"))
     try:
-        at = AppTest.from_file(str(DEPLOY.parent.parent / "dashboard" / "pages" / "fleet.py"),
+        at = AppTest.from_file(str(DEPLOY.parent.parent / "dashboard" / "views" / "fleet.py"),
                                default_timeout=60).run()
     finally:
         for k, v in old.items():

@@ -5,6 +5,7 @@ import streamlit as st
 
 from gpuprobe.dashboard.charts import live_figure
 from gpuprobe.dashboard.common import cached, fmt_pct, missing, window_points
+from gpuprobe.dashboard.fast_chart import plotly_basic_chart
 from gpuprobe.dashboard.queries import slo_tbt_s
 
 st.title("Overview")
@@ -32,7 +33,7 @@ if span is not None:  # the last hour at a glance; the same reads as the Live pa
         fig = live_figure(panels, cached("layout_switches", start, end), (start, end))
         fig.update_layout(height=140 + 150 * len(panels))
         st.markdown("**The last hour** (more on the Live page)")
-        st.plotly_chart(fig, key="glance", width="stretch", theme=None)
+        plotly_basic_chart(fig, key="glance")
 
 st.subheader("Alerts")
 if not alerts:

@@ -1,11 +1,11 @@
 """Forecast: each series with its 80% and 95% intervals, the chosen model, the backtest."""
-import json
 import time
 
 import streamlit as st
 
 from gpuprobe.dashboard.charts import forecast_figure
 from gpuprobe.dashboard.common import cached, missing
+from gpuprobe.forecast.persist import note_backtest, note_text
 
 st.title("Forecast")
 ids = cached("forecast_ids")
@@ -29,24 +29,17 @@ if wl and bucket_s and wl in set(cached("workloads")["name"]):
         b = mix["buckets"]
         history = b[b["start_s"] < pick["as_of_s"]].tail(120)  # the stretch just before the forecast
 
-models = (rows.groupby("metric").agg(model=("model", "first"), note=("note", "first"),
-                                     buckets=("target_s", "count")).reset_index())
+models = (rows.assign(note=rows["note"].map(note_text)).groupby("metric")
+          .agg(model=("model", "first"), note=("note", "first"), buckets=("target_s", "count")).reset_index())
 st.subheader("Chosen model per series")
 st.dataframe(models, hide_index=True)
 for metric, part in rows.groupby("metric", sort=False):
     hist = history if history is not None and metric in history.columns else None
     st.plotly_chart(forecast_figure(part, hist, metric), key=f"fc-{metric}", width="stretch")
 
-backtest = []
-for note in rows["note"].dropna().unique():
-    try:
-        parsed = json.loads(note)
-    except ValueError:
-        continue
-    if isinstance(parsed, dict) and isinstance(parsed.get("backtest"), list):
-        backtest += parsed["backtest"]
+backtest = [row for note in rows["note"].dropna().unique() for row in note_backtest(note)]
 st.subheader("Backtest")
-if backtest:
+if backtest:  # every candidate per series, the chosen one marked (as `gpuprobe forecast` prints it)
     st.dataframe(backtest, hide_index=True)
 else:
     missing("This forecast stored no backtest table; the command prints it.",

@@ -4,6 +4,7 @@ import streamlit as st
 
 from gpuprobe.dashboard.charts import live_figure
 from gpuprobe.dashboard.common import cached, missing, window_points
+from gpuprobe.dashboard.fast_chart import plotly_basic_chart
 
 REQUEST_BUCKET_S = 5.0  # narrower request buckets are mostly empty or single requests
 WINDOWS = {"15 min": 900.0, "1 h": 3600.0, "6 h": 21600.0, "24 h": 86400.0, "all": None}
@@ -58,7 +59,7 @@ def charts() -> None:
         return
     st.caption(f"{len(panels)} panels, {sum(len(t['ts_s']) for p in panels for t in p['traces']):,} points, "
                f"{len(switches)} layout switches; newest data {_utc(last)} UTC")
-    st.plotly_chart(live_figure(panels, switches, (start, end)), key="live", width="stretch", theme=None)
+    plotly_basic_chart(live_figure(panels, switches, (start, end)), key="live")
     if len(switches):
         with st.expander(f"Layout switches ({len(switches)})"):
             st.dataframe(switches.assign(ts=lambda d: d["ts_s"].map(_utc)), hide_index=True)

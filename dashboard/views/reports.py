@@ -3,6 +3,7 @@ import importlib.util
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import streamlit as st
@@ -17,6 +18,16 @@ wls = cached("workloads")
 if wls.empty:
     missing("A report needs a workload.", "gpuprobe import gpuprobe/data/azure_llm_2023_conv.csv --name azure-conv")
     st.stop()
+written = sorted((p for ext in ("html", "pdf") for p in Path(store_path()).parent.glob(f"report*.{ext}")),
+                 key=lambda p: p.stat().st_mtime, reverse=True)
+if written:  # e.g. the demo's, beside its store: readable before generating anything
+    st.subheader("Reports beside the store")
+    for i, path in enumerate(written):
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(path.stat().st_mtime))
+        st.download_button(f"{path.name} ({path.stat().st_size / 2**20:.1f} MiB, written {when} UTC)",
+                           path.read_bytes(), file_name=path.name, key=f"written{i}",
+                           mime="application/pdf" if path.suffix == ".pdf" else "text/html")
+    st.subheader("A new report")
 recs = cached("recommendations")
 workload = st.selectbox("Workload", list(wls["name"]))
 rec_ids = [int(x) for x in recs[recs["workload"] == workload]["pk"]]
