@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.forecast.series import bucket_series, full_name
-from gpuprobe.forecast.workload import forecast_workload
+from gpuprobe.forecast.workload import forecast_frame
 
 NONSEASONAL = ("last", "ma3", "ma6", "ma12")
 
@@ -38,14 +38,21 @@ def evaluate(df: pd.DataFrame, bucket_s: float, horizon_s: float, origins_s, ser
     """One row per series: MAE of the chosen forecasts and of each baseline over all origins and
     steps, the chosen intervals' 80% and 95% coverage, and which models were chosen how often.
     `period` (buckets) adds the seasonal naive baseline."""
+    full = bucket_series(df, bucket_s, (np.floor(df["arrival_s"].max() / bucket_s) + 1) * bucket_s)
+    return evaluate_frame(full, bucket_s, horizon_s, origins_s, series, period, progress)
+
+
+def evaluate_frame(full: pd.DataFrame, bucket_s: float, horizon_s: float, origins_s, series=("prefill", "decode"),
+                   period: int | None = None, progress=None) -> pd.DataFrame:
+    """evaluate() on an already bucketed frame (series.py's columns, one row per bucket): the
+    forecast from origin t sees full's rows before t only, exactly what --as-of t sees."""
     names = [full_name(s) for s in series]
     horizon = int(round(horizon_s / bucket_s))
-    full = bucket_series(df, bucket_s, (np.floor(df["arrival_s"].max() / bucket_s) + 1) * bucket_s)
     acc = {n: {"abs": [], "in80": [], "in95": [], "models": {}, **{b: [] for b in (*NONSEASONAL, "seasonal_naive")}}
            for n in names}
     for i, t in enumerate(origins_s):
-        res = forecast_workload(df, bucket_s, horizon_s, as_of_s=t, series=names)
         k = int(round(t / bucket_s))
+        res = forecast_frame(full.iloc[:k].reset_index(drop=True), bucket_s, horizon_s, k * bucket_s, names, [])
         for n in names:
             y = full[n].to_numpy()
             actual = y[k:k + horizon]
