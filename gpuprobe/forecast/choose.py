@@ -89,8 +89,10 @@ def _choose(runs, rows, scale, scales, notes):
 def _test_length(n: int, horizon: int, period: int | None) -> int | None:
     """Buckets at the end of the history whose origins are backtested, or None if too few."""
     test = min(n // 2, MAX_ORIGINS + horizon - 1)
-    if period:  # at least two periods of origins, and two periods left to fit on
+    if period:  # two periods of origins if there is room, and two periods left to fit on
         test = min(max(test, SEASONAL_TEST_PERIODS * period), n - 2 * period)
+        if test - horizon + 1 < period:  # origins in only some phases of the season: the score
+            return None                  # (and the intervals) would rest on that stretch alone
     return test if test - horizon + 1 >= MIN_ORIGINS else None
 
 
