@@ -76,9 +76,9 @@ def cycle(stride_s: float) -> None:
 
 
 def short(table: pd.DataFrame) -> pd.DataFrame:
-    """Rounded, with only the three most chosen models (a combination's members vary in order)."""
+    """Rounded, with only the two most chosen models (a combination's members vary in order)."""
     out = table.round(3)
-    out["models"] = out["models"].map(lambda m: ", ".join(m.split("), ")[:1]) + ("), ..." if "), " in m else ""))
+    out["models"] = out["models"].map(lambda m: "; ".join(m.split("; ")[:2]) + ("; ..." if m.count("; ") > 1 else ""))
     return out
 
 

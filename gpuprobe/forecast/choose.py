@@ -82,7 +82,7 @@ def _choose(runs, rows, scale, scales, notes):
     name = f"mean({', '.join(r[2].name for r in members)})"
     notes.append(f"{len(members)} candidates within {NEAR:.0%} of the best backtest MAE: their mean")
     rows.append({"model": name, "kind": "combination", **bt.score(err, scale, None, scales[:-1]),
-                 "fit_s": 0.0, "note": "mean of the candidates above it in the backtest", "chosen": True})
+                 "fit_s": 0.0, "note": "", "chosen": True})
     return name, None, fc, err
 
 

@@ -75,7 +75,7 @@ def evaluate_frame(full: pd.DataFrame, bucket_s: float, horizon_s: float, origin
         row = {"series": n, "origins": len(origins_s), "mae": float(np.mean(a["abs"])), **{f"mae_{b}": v for b, v in base.items()},
                "best_baseline": best, "ratio_to_best": float(np.mean(a["abs"])) / base[best] if base[best] else float("nan"),
                "coverage80": float(np.mean(a["in80"])), "coverage95": float(np.mean(a["in95"])),
-               "models": ", ".join(f"{m} {c}" for m, c in sorted(a["models"].items(), key=lambda x: -x[1]))}
+               "models": "; ".join(f"{m} {c}" for m, c in sorted(a["models"].items(), key=lambda x: -x[1]))}
         if a["seasonal_naive"]:
             row["mae_seasonal_naive"] = float(np.mean(a["seasonal_naive"]))
             row["ratio_to_seasonal_naive"] = row["mae"] / row["mae_seasonal_naive"]
