@@ -81,3 +81,42 @@ def test_cli_json_and_store(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "--store", str(db), "forecast", "--workload", str(path),
                           "--series", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_period_is_refined_past_the_flat_autocorrelation_peak():
+    from gpuprobe.forecast.seasonality import find_period
+    rng = np.random.default_rng(2)
+    t = np.arange(12 * 300)
+    y = 100 + 40 * np.sin(2 * np.pi * t / 300) + rng.normal(0, 20, t.size)
+    assert abs(find_period(y)[0] - 300) <= 3  # the autocorrelation alone stopped at ~280
+
+
+def test_near_equal_candidates_are_averaged_and_one_row_is_chosen():
+    y = np.random.default_rng(3).poisson(50, 400).astype(float)  # white noise: the smoothers tie
+    out = forecast_series(y, 6)
+    chosen = [b for b in out["backtest"] if b.get("chosen")]
+    assert len(chosen) == 1
+    if chosen[0]["kind"] == "combination":
+        assert out["model"].startswith("mean(") and "their mean" in out["note"]
+        members = out["model"][5:-1].split(", ")
+        maes = {b["model"]: b["mae"] for b in out["backtest"] if "mae" in b}
+        assert all(maes[m] <= 1.10 * min(maes.values()) for m in members)
+
+
+def test_intervals_follow_the_recent_spread_not_an_old_burst():
+    rng = np.random.default_rng(4)
+    y = np.concatenate([100 + rng.normal(0, 40, 300), 100 + rng.normal(0, 5, 100)]).clip(0)
+    out = forecast_series(y, 6)
+    width = np.array(out["hi80"]) - np.array(out["lo80"])
+    assert out["interval"] == "conformal" and "scaled by the spread" in out["note"]
+    assert (width < 2 * 1.28 * 5 * 2).all(), width  # an unscaled band from the burst: ~100 wide
+
+
+def test_evaluate_frame_sees_what_as_of_sees():
+    from gpuprobe.forecast.evaluate import evaluate_frame
+    df = _workload(1400)
+    full = bucket_series(df, 10.0, (np.floor(df.arrival_s.max() / 10) + 1) * 10)
+    table = evaluate_frame(full, 10.0, 60.0, [500.0], series=("decode",))
+    direct = forecast_workload(df, 10.0, 60.0, as_of_s=500.0, series=("decode",))["series"]["decode_tokens_per_s"]
+    actual = full["decode_tokens_per_s"].to_numpy()[50:56]
+    assert np.isclose(table.loc[0, "mae"], np.mean(np.abs(actual - np.array(direct["mean"]))))

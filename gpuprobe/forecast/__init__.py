@@ -20,8 +20,10 @@ The result: {"bucket_s", "as_of_s", "horizon_s", "series": {name: {"model", "t_s
 "own_coverage80", "own_coverage95", "origins", "fit_s", "chosen", "note"}], "notes": [...]}.
 t_s is each forecast bucket's start. Each series' model is the candidate with the lowest MAE
 in a rolling-origin backtest on its own history (baselines last/ma3/ma6/ma12/seasonal naive
-included); intervals are the model's own where they covered 75-85% (80%) on the backtest, else
-conformal from its backtest errors; `interval` and `note` say which.
+included), or "mean(a, b, c)", the mean of up to three candidates within 10% of that MAE (a
+"combination" row in the backtest); intervals are the model's own where they covered 75-85%
+(80%) on the backtest, else split-conformal from its backtest errors scaled by the recent
+spread; `interval` and `note` say which.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Forecasting one series: find its season, backtest every candidate from rolling origins on
-the later part of its history, keep the lowest MAE, calibrate the intervals.
+the later part of its history, keep the lowest MAE (or the mean of the near-equal best few),
+calibrate the intervals.
 
     out = forecast_series(y, horizon=6)   # y: one value per bucket, oldest first
     out["model"], out["mean"], out["lo80"], ..., out["backtest"] (one row per candidate)
@@ -19,6 +20,8 @@ MAX_ORIGINS = 1000          # non-seasonal: the last this many buckets are the b
 SEASONAL_TEST_PERIODS = 2   # seasonal: two periods of origins (two days of a daily cycle)
 OWN_OK_80 = (0.75, 0.85)    # a model's own 80% intervals are kept if their backtest cover is here
 OWN_OK_95 = (0.90, 0.98)
+COMBINE_MAX = 3             # the forecast averages at most this many of the best candidates,
+NEAR = 0.10                 # those whose backtest MAE is within this share of the best
 
 
 def forecast_series(y: np.ndarray, horizon: int, nonneg: bool = True, upper: float | None = None,
@@ -40,6 +43,7 @@ def forecast_series(y: np.ndarray, horizon: int, nonneg: bool = True, upper: flo
     train_end = len(y) - test
     origins = np.arange(train_end, len(y) - horizon + 1)
     scale = bt.naive_scale(y[:train_end])
+    scales = bt.local_scale(y, np.append(origins, len(y)))  # per origin, and now
     rows, runs = [], []
     cands = [c for c in build(period, nonneg and y.min() >= 0)
              if not is_seasonal(c) or train_end >= 2 * period]
@@ -51,23 +55,44 @@ def forecast_series(y: np.ndarray, horizon: int, nonneg: bool = True, upper: flo
             rows.append({"model": cand.name, "kind": cand.kind, "note": "; ".join(cand.notes) or "fit failed"})
             continue
         fc, err, fit_s = run
-        rows.append({"model": cand.name, "kind": cand.kind, **bt.score(err, scale, cand.own_widths),
-                     "fit_s": fit_s, "note": "; ".join(cand.notes)})
+        rows.append({"model": cand.name, "kind": cand.kind, **bt.score(err, scale, cand.own_widths, scales[:-1]),
+                     "fit_s": fit_s, "note": "; ".join(cand.notes), "chosen": False})
         runs.append((rows[-1]["mae"], i, cand, fc, err))
     if not runs:
         return _too_short(y, horizon, notes + ["every candidate failed to fit"])
-    _, _, best, fc, err = min(runs, key=lambda r: (r[0], r[1]))
-    for row in rows:
-        row["chosen"] = row["model"] == best.name
-    out = _intervals(best, fc, err, notes)
-    return _finish(out, best.name, rows, notes, period, nonneg, upper)
+    name, own, fc, err = _choose(sorted(runs, key=lambda r: (r[0], r[1])), rows, scale, scales, notes)
+    out = _intervals(own, fc, err, scales, notes)
+    return _finish(out, name, rows, notes, period, nonneg, upper)
+
+
+def _choose(runs, rows, scale, scales, notes):
+    """The forecast: the mean of the best few candidates whose backtest MAE is within NEAR of
+    the best, else the best alone. Between near-equal candidates the backtest's ranking is
+    mostly noise, and averaging their forecasts cancels part of their errors, which picking
+    one of them cannot; a clearly better candidate is not diluted. Returns (name, own interval
+    widths or None, forecasts [origins + 1, horizon], backtest errors)."""
+    best_mae = runs[0][0]
+    members = [r for r in runs[:COMBINE_MAX] if r[0] <= (1 + NEAR) * best_mae]
+    if len(members) == 1:
+        _, _, cand, fc, err = members[0]
+        next(r for r in rows if r["model"] == cand.name)["chosen"] = True
+        return cand.name, cand.own_widths, fc, err
+    fc = np.mean([r[3] for r in members], axis=0)
+    err = np.mean([r[4] for r in members], axis=0)  # actual - mean(f) = mean(actual - f)
+    name = f"mean({', '.join(r[2].name for r in members)})"
+    notes.append(f"{len(members)} candidates within {NEAR:.0%} of the best backtest MAE: their mean")
+    rows.append({"model": name, "kind": "combination", **bt.score(err, scale, None, scales[:-1]),
+                 "fit_s": 0.0, "note": "", "chosen": True})
+    return name, None, fc, err
 
 
 def _test_length(n: int, horizon: int, period: int | None) -> int | None:
     """Buckets at the end of the history whose origins are backtested, or None if too few."""
     test = min(n // 2, MAX_ORIGINS + horizon - 1)
-    if period:  # at least two periods of origins, and two periods left to fit on
+    if period:  # two periods of origins if there is room, and two periods left to fit on
         test = min(max(test, SEASONAL_TEST_PERIODS * period), n - 2 * period)
+        if test - horizon + 1 < period:  # origins in only some phases of the season: the score
+            return None                  # (and the intervals) would rest on that stretch alone
     return test if test - horizon + 1 >= MIN_ORIGINS else None
 
 
@@ -90,24 +115,26 @@ def _run(cand, y, train_end, origins, horizon, period):
     return fc, bt.errors(y, fc[:-1], origins), fit_s
 
 
-def _intervals(best, fc, err, notes) -> dict:
+def _intervals(own, fc, err, scales, notes) -> dict:
+    """Split-conformal intervals from the backtest errors scaled by the local spread, unless
+    the model's own intervals already covered 75-85% (80%) and 90-98% (95%) of the backtest."""
     mean = fc[-1]
-    conf = bt.conformal_offsets(err)
-    own = best.own_widths
-    kind = "conformal"
+    n = err.shape[0]
+    widths, kind = bt.conformal_offsets(err / scales[:-1, None]) * scales[-1], "conformal"
+    how = (f"conformal, from {n} backtest errors per step scaled by the spread of the last "
+           f"{bt.SCALE_WINDOW} buckets")
+    if n < 1 / (1 - bt.LEVELS[1][1]) - 1:
+        how += f" (too few for a finite-sample 95% bound: the widest error stands in)"
     if own is not None:
         c80, c95 = bt.coverage(err, own)
         if OWN_OK_80[0] <= c80 <= OWN_OK_80[1] and OWN_OK_95[0] <= c95 <= OWN_OK_95[1]:
-            conf, kind = own, "own"
-            notes.append(f"intervals: the model's own (backtest cover {c80:.0%} at 80%, {c95:.0%} at 95%)")
+            widths, kind = own, "own"
+            how = f"the model's own (backtest cover {c80:.0%} at 80%, {c95:.0%} at 95%)"
         else:
-            how = "widened" if c80 < OWN_OK_80[0] else "narrowed"
-            notes.append(f"intervals: the model's own covered {c80:.0%} (80%) and {c95:.0%} (95%) of the "
-                         f"backtest; {how} from {err.shape[0]} backtest errors per step (conformal)")
-    else:
-        notes.append(f"intervals: conformal, from {err.shape[0]} backtest errors per step")
-    return {"mean": mean, "lo80": mean + conf[0], "hi80": mean + conf[1], "lo95": mean + conf[2],
-            "hi95": mean + conf[3], "interval": kind}
+            how = f"the model's own covered {c80:.0%} (80%) and {c95:.0%} (95%) of the backtest; " + how
+    notes.append(f"intervals: {how}")
+    return {"mean": mean, "lo80": mean + widths[0], "hi80": mean + widths[1], "lo95": mean + widths[2],
+            "hi95": mean + widths[3], "interval": kind}
 
 
 def _finish(out: dict, model: str, rows, notes, period, nonneg: bool, upper: float | None) -> dict:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.forecast.series import bucket_series, full_name
-from gpuprobe.forecast.workload import forecast_workload
+from gpuprobe.forecast.workload import forecast_frame
 
 NONSEASONAL = ("last", "ma3", "ma6", "ma12")
 
@@ -38,14 +38,21 @@ def evaluate(df: pd.DataFrame, bucket_s: float, horizon_s: float, origins_s, ser
     """One row per series: MAE of the chosen forecasts and of each baseline over all origins and
     steps, the chosen intervals' 80% and 95% coverage, and which models were chosen how often.
     `period` (buckets) adds the seasonal naive baseline."""
+    full = bucket_series(df, bucket_s, (np.floor(df["arrival_s"].max() / bucket_s) + 1) * bucket_s)
+    return evaluate_frame(full, bucket_s, horizon_s, origins_s, series, period, progress)
+
+
+def evaluate_frame(full: pd.DataFrame, bucket_s: float, horizon_s: float, origins_s, series=("prefill", "decode"),
+                   period: int | None = None, progress=None) -> pd.DataFrame:
+    """evaluate() on an already bucketed frame (series.py's columns, one row per bucket): the
+    forecast from origin t sees full's rows before t only, exactly what --as-of t sees."""
     names = [full_name(s) for s in series]
     horizon = int(round(horizon_s / bucket_s))
-    full = bucket_series(df, bucket_s, (np.floor(df["arrival_s"].max() / bucket_s) + 1) * bucket_s)
     acc = {n: {"abs": [], "in80": [], "in95": [], "models": {}, **{b: [] for b in (*NONSEASONAL, "seasonal_naive")}}
            for n in names}
     for i, t in enumerate(origins_s):
-        res = forecast_workload(df, bucket_s, horizon_s, as_of_s=t, series=names)
         k = int(round(t / bucket_s))
+        res = forecast_frame(full.iloc[:k].reset_index(drop=True), bucket_s, horizon_s, k * bucket_s, names, [])
         for n in names:
             y = full[n].to_numpy()
             actual = y[k:k + horizon]
@@ -68,7 +75,7 @@ def evaluate(df: pd.DataFrame, bucket_s: float, horizon_s: float, origins_s, ser
         row = {"series": n, "origins": len(origins_s), "mae": float(np.mean(a["abs"])), **{f"mae_{b}": v for b, v in base.items()},
                "best_baseline": best, "ratio_to_best": float(np.mean(a["abs"])) / base[best] if base[best] else float("nan"),
                "coverage80": float(np.mean(a["in80"])), "coverage95": float(np.mean(a["in95"])),
-               "models": ", ".join(f"{m} {c}" for m, c in sorted(a["models"].items(), key=lambda x: -x[1]))}
+               "models": "; ".join(f"{m} {c}" for m, c in sorted(a["models"].items(), key=lambda x: -x[1]))}
         if a["seasonal_naive"]:
             row["mae_seasonal_naive"] = float(np.mean(a["seasonal_naive"]))
             row["ratio_to_seasonal_naive"] = row["mae"] / row["mae_seasonal_naive"]
