@@ -43,6 +43,12 @@ def prefill_sizes_for(max_prompt: int, max_len: int) -> tuple[int, ...]:
 LONG_DECODE_MAX_BATCH = 16  # bursts at a context past DECODE_PROMPTS' go up to this batch
 
 
+def decode_batches_for(max_batch: int) -> tuple[int, ...]:
+    """DECODE_BATCHES up to max_batch, and max_batch itself: the decode fit then reaches the
+    largest batch asked for (its x_max), and predictions past 1.5 times it are flagged."""
+    return tuple(dict.fromkeys([b for b in DECODE_BATCHES if b < max_batch] + [max_batch]))
+
+
 def _batches_at(prompt: int, batches) -> tuple[int, ...]:
     """The burst sizes at a decode prompt: all of them at DECODE_PROMPTS' lengths; at a longer
     one (decode_prompts_for) up to LONG_DECODE_MAX_BATCH, which measures the context term
@@ -104,12 +110,16 @@ def _check(recs: list[dict], what: str) -> list[dict]:
 def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=DECODE_BATCHES,
                     decode_prompts=DECODE_PROMPTS, decode_tokens: int = DECODE_TOKENS,
                     reps: int = 4, timeout_s: float = 120.0, progress=None,
-                    vocab: int | None = None, wake_gaps=WAKE_GAPS, wake_reps: int = WAKE_REPS
-                    ) -> dict:
+                    vocab: int | None = None, wake_gaps=WAKE_GAPS, wake_reps: int = WAKE_REPS,
+                    detail=None) -> dict:
     """Send the calibration load; returns {'prefill': [rec], 'decode': [(B, L, [rec])],
     'wake': [rec], 't0_s', 't1_s'} with replay-client records (ttft_s, token_times in s from
     send). The idle probes ('wake', each with its idle_s) come after t1_s, the end of the
     sweeps: the step records a fit reads end there, so the probes' slow steps stay out of it.
+
+    progress(msg) hears of each prefill repetition, each decode prompt length and the idle
+    probes (validate times its CPU phases by these); detail(msg), when given, of each decode
+    burst as well.
 
     Raises GpuprobeError when the server cannot be reached or a request fails.
     """
@@ -136,12 +146,18 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
             note(f"prefill sweep {rep + 1}/{reps}")
         _check(prefill, "prefill sweep")
         decode = []
+        bursts = sum(len(_batches_at(L, decode_batches)) for L in decode_prompts)
         for L in decode_prompts:
             for B in _batches_at(L, decode_batches):
+                t_burst = time.monotonic()
                 recs = await asyncio.gather(*(send_one(session, base + "/v1/completions",
                                                        body(L, decode_tokens), {"prompt_tokens": L})
                                               for _ in range(B)))
                 decode.append((B, L, _check(list(recs), f"decode burst B={B}")))
+                if detail:  # the large bursts take longest: a user sees which one is running
+                    detail(f"decode burst {len(decode)}/{bursts}: {B} streams at prompt {L} "
+                           f"in {time.monotonic() - t_burst:.1f} s")
+            # one note per prompt length: validate times its CPU phases by these notes
             note(f"decode sweep, prompt {L}")
         t_sweeps = time.time()
         sizes = [n for n in WAKE_SIZES if n in prefill_sizes]
