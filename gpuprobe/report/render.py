@@ -44,6 +44,8 @@ over {{ "%.0f"|format(p.span_s / 60) }} min &middot; confidence: {{ m.confidence
 No number is shown in their place.</div>{% endif %}
 <p class="decision">{{ m.sentence }}</p>
 {% if m.rows %}<h2>Expected change{% if m.baseline %} against {{ m.baseline }}{% endif %}</h2>
+<div class="sub">{% if m.baseline_why %}The baseline is {{ m.baseline_why }}. {% endif %}Figures are
+predictions at each layout's goodput; {{ m.error_note }}.</div>
 <table><tr><th>figure</th><th>{{ m.baseline or "baseline" }}</th><th>{{ m.recommended }}</th><th>change</th><th>uncertainty</th></tr>
 {% for r in m.rows %}<tr><td>{{ r.what }}</td><td class="num">{{ r.baseline }}</td><td class="num">{{ r.recommended }}</td>
 <td class="num">{{ r.change }}</td><td>{{ r.uncertainty }}</td></tr>{% endfor %}</table>{% endif %}
