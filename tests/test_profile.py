@@ -119,6 +119,24 @@ def test_live_profile_of_tiny_server(tmp_path):
     assert 0 < w.step_fn()(256, 256 ** 2, 0, 0) < 5.0
 
 
+@pytest.mark.timeout(120)
+def test_a_failing_large_burst_ends_its_prompts_bursts_when_asked(tmp_path):
+    """profile --target keeps the bursts that worked when a larger one fails (a slow server
+    times it out); here a real tiny server admits 3 requests at a time and refuses the rest."""
+    launch = pytest.importorskip("gpuprobe.server.launch")
+    from gpuprobe.errors import GpuprobeError
+    from gpuprobe.perf.calibrate import run_calibration
+
+    small = dict(prefill_sizes=(16, 32), decode_batches=(1, 2, 6), decode_prompts=(32,), decode_tokens=4,
+                 reps=1, vocab=512, wake_gaps=())
+    with launch.start_server("tiny", "monolithic", max_num_seqs=3, max_queue=0) as srv:
+        cal = run_calibration(srv.url, keep_partial=True, **small)
+        with pytest.raises(GpuprobeError, match="decode burst B=6"):  # without it, the failure stands
+            run_calibration(srv.url, **small)
+    assert [B for B, _, _ in cal["decode"]] == [1, 2]
+    assert len(cal["cut"]) == 1 and cal["cut"][0].startswith("decode burst of 6 streams at prompt 32 failed")
+
+
 def test_batched_prefills_and_per_token_gaps_are_fitted():
     """Steps with k equal prompts cost a + b*T + c*T^2/k + e*k; each token out adds g to the
     gap after its step, which ends up in the per-sequence decode cost (d1) and per prompt (e)."""

@@ -94,8 +94,12 @@ def _build(args):
         f"{', '.join(map(str, batches))} streams at each of {', '.join(map(str, DECODE_PROMPTS))} "
         f"prompt tokens, idle probes")
     cal = run_calibration(args.target, vocab=args.vocab, prefill_sizes=sizes,
-                          decode_batches=batches, progress=say, detail=say)
-    return prof.from_client(cal, args.layout or "monolithic")
+                          decode_batches=batches, progress=say, detail=say, keep_partial=True)
+    profile = prof.from_client(cal, args.layout or "monolithic")
+    if cal["cut"]:  # kept in the profile: its decode fit stops short of --max-batch
+        from dataclasses import replace
+        profile = replace(profile, meta={**profile.meta, "decode_bursts_cut": cal["cut"]})
+    return profile
 
 
 def run(args) -> int:
