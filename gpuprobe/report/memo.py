@@ -108,7 +108,8 @@ def memo(ev: dict) -> dict:
     sentence = body.get("decision") or f"Run {rec['layout']}."
     return {"sentence": sentence, "rows": rows, "risks": risks, "next": nxt, "confidence": conf,
             "baseline": (base or {}).get("label"), "recommended": best.get("label"),
-            "baseline_why": _baseline_why(base, best), "error_note": _error_note(err_best, err_base),
+            "baseline_why": _baseline_why(base, best, ev.get("current_layout"), bool(rec.get("applied_s"))),
+            "error_note": _error_note(err_best, err_base),
             "partial": bool(ev["missing"])}
 
 
@@ -118,9 +119,12 @@ def _error_note(err_best: float | None, err_base: float | None) -> str:
             f"the two layouts')" if errs else "no validate run measured the model's error on this workload")
 
 
-def _baseline_why(base: dict | None, best: dict) -> str:
+def _baseline_why(base: dict | None, best: dict, current: str | None = None, applied: bool = False) -> str:
     if not base:
         return ""
+    if current and base.get("layout") == current:
+        when = "before this recommendation was applied" if applied else "on the target now"
+        return f"the best {current} candidate ({current} ran {when})"
     if base.get("layout") == "monolithic":
         return ("the best plain monolithic engine, what most deployments run today"
                 if best.get("layout") != "monolithic" else "the best monolithic candidate with other settings")
