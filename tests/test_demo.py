@@ -1,6 +1,7 @@
 """`gpuprobe demo --no-dashboard` (what `make demo` runs, less the dashboard) runs every stage
 and its outputs are real: the --quick form (tiny model, fewer requests) keeps the test short."""
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -34,6 +35,11 @@ def test_demo_quick_runs_every_stage_and_leaves_its_outputs(demo):
         if "skipped:" in line:
             assert line.strip().startswith("skipped: forecast") and line.strip().endswith("not in this build"), line
     assert "requests       19,366" in text  # azure-conv imported whole
+    assert "time plan on an idle 2-core machine" in text.split("== import")[0]  # said before the work
+    table = text[text.index("where the time went:"):]  # each stage's plan, wall and CPU seconds
+    for key in ("import", "serve", "replay", "profile", "forecast", "recommend", "validate", "apply",
+                "report", "total"):
+        assert re.search(rf"^\s+{key}\s+\d+\s+[\d.]+\s+[\d.]+$", table, re.M), (key, table)
     profile = json.loads((db.parent / "profile.json").read_text())
     assert profile.get("name") or profile.get("meta")
     con = sqlite3.connect(db)

@@ -76,18 +76,40 @@ def test_unreachable_target_fails_cleanly_and_writes_nothing(tmp_path, capsys):
     assert list(tmp_path.glob(".profile-*")) == []
 
 
+def test_max_batch_caps_the_decode_bursts_and_bad_values_are_one_line(tmp_path, capsys):
+    from gpuprobe.perf.calibrate import decode_batches_for
+    assert decode_batches_for(16) == (1, 2, 4, 8, 16)
+    assert decode_batches_for(12) == (1, 2, 4, 8, 12)  # the cap itself is measured: the fit's x_max
+    assert decode_batches_for(2) == (1, 2)
+    out = tmp_path / "p.json"
+    for value, said in (("1", "--max-batch must be >= 2"), ("0", "argument --max-batch: must be at least 1"),
+                        ("many", "argument --max-batch: 'many' is not an integer")):
+        try:  # refused before any request is sent (port 9 would fail otherwise)
+            rc = main(["profile", "--target", "http://127.0.0.1:9", "--max-batch", value, "--out", str(out),
+                       "--store", str(tmp_path / "s.db")])
+        except SystemExit as exc:  # argparse's own refusals
+            rc = exc.code
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and said in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+
+
 @pytest.mark.timeout(120)
 def test_live_profile_of_tiny_server(tmp_path):
     launch = pytest.importorskip("gpuprobe.server.launch")
     from gpuprobe.perf.calibrate import run_calibration
     from gpuprobe.perf.profile import from_client
 
+    bursts = []
     with launch.start_server("tiny", "monolithic") as srv:
         cal = run_calibration(srv.url, prefill_sizes=(16, 64, 128, 256, 512), decode_batches=(1, 4, 8),
-                              decode_prompts=(32,), decode_tokens=8, reps=1, vocab=512)
+                              decode_prompts=(32,), decode_tokens=8, reps=1, vocab=512,
+                              detail=bursts.append)
     p = from_client(cal)
     w = p.workers["monolithic"]
     assert w.prefill.n_points == 5 and w.decode.n_points == 3
+    assert [b.split(" in ")[0] for b in bursts] == [f"decode burst {i}/3: {n} streams at prompt 32"
+                                                    for i, n in ((1, 1), (2, 4), (3, 8))]
     # The idle probes: every sweep size of 64-256 after each gap, twice, all after the sweeps.
     assert sorted((r["idle_s"], r["prompt_tokens"]) for r in cal["wake"]) == sorted(
         (g, n) for g in (0.03, 0.1, 0.3) for n in (64, 128, 256) for _ in range(2))
@@ -95,6 +117,24 @@ def test_live_profile_of_tiny_server(tmp_path):
     assert [g for g, _ in w.wake] == [0.03, 0.1, 0.3]
     assert all(b >= a >= 0 for (_, a), (_, b) in zip(w.wake, w.wake[1:]))
     assert 0 < w.step_fn()(256, 256 ** 2, 0, 0) < 5.0
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_large_burst_ends_its_prompts_bursts_when_asked(tmp_path):
+    """profile --target keeps the bursts that worked when a larger one fails (a slow server
+    times it out); here a real tiny server admits 3 requests at a time and refuses the rest."""
+    launch = pytest.importorskip("gpuprobe.server.launch")
+    from gpuprobe.errors import GpuprobeError
+    from gpuprobe.perf.calibrate import run_calibration
+
+    small = dict(prefill_sizes=(16, 32), decode_batches=(1, 2, 6), decode_prompts=(32,), decode_tokens=4,
+                 reps=1, vocab=512, wake_gaps=())
+    with launch.start_server("tiny", "monolithic", max_num_seqs=3, max_queue=0) as srv:
+        cal = run_calibration(srv.url, keep_partial=True, **small)
+        with pytest.raises(GpuprobeError, match="decode burst B=6"):  # without it, the failure stands
+            run_calibration(srv.url, **small)
+    assert [B for B, _, _ in cal["decode"]] == [1, 2]
+    assert len(cal["cut"]) == 1 and cal["cut"][0].startswith("decode burst of 6 streams at prompt 32 failed")
 
 
 def test_batched_prefills_and_per_token_gaps_are_fitted():

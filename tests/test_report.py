@@ -90,6 +90,8 @@ def test_pdf_memo_options_and_images(filled, tmp_path):
                                     text=True).stdout.split())
     assert rec["decision"][:60] in first  # page one: the sentence
     assert "Main risks" in first and "What to do next" in first and "Expected change" in first
+    assert "±7% (model error)" in first and "median error at p50" in first  # uncertainty, said once
+    assert "Confidence is low (" in first  # the risk says why, from the recommendation's basis
     for c in rec["candidates"]:  # the options table: every candidate
         assert c["label"] in text
     assert "sm_util_pct 90.0 40.0" in text  # counters in prefill-heavy / decode-heavy periods

@@ -21,22 +21,34 @@ DEFAULT_STORE = ".demo/gpuprobe.db"  # not $GPUPROBE_STORE: the demo replaces it
 def run_demo(store_path: str | None, dashboard: bool = True, quick: bool = False) -> int:
     """0 when every stage that this build has ran; 1 when one failed (each is named)."""
     from gpuprobe.demo import stages as st
+    from gpuprobe.demo.clock import Clock
     from gpuprobe.demo.common import FULL, QUICK, Run, say
     from gpuprobe.store import Store
 
     path = Path(store_path or DEFAULT_STORE)
     path.parent.mkdir(parents=True, exist_ok=True)
     run = Run(store=path, out=path.parent, settings=QUICK if quick else FULL)
+    clock = Clock(dict(run.settings.plan_s))
     t0 = time.perf_counter()
     say(f"gpuprobe demo{' --quick' if quick else ''}: store {path}, outputs in {run.out}/")
+    for line in clock.plan_lines():
+        say(line)
     with contextlib.ExitStack() as stack, Store.open(path) as store:
-        for stage in (st.stage_import, st.stage_analyze):
-            stage(run, store)
-        st.stage_serve(run, store, stack)
-        for stage in (st.stage_replay, st.stage_profile, st.stage_forecast, st.stage_recommend,
-                      st.stage_validate, st.stage_apply, st.stage_report):
-            stage(run, store)
+        with clock.stage("import"):
+            st.stage_import(run, store)
+            st.stage_analyze(run, store)
+        with clock.stage("serve"):
+            st.stage_serve(run, store, stack)
+        for key, stage in (("replay", st.stage_replay), ("profile", st.stage_profile),
+                           ("forecast", st.stage_forecast), ("recommend", st.stage_recommend),
+                           ("validate", st.stage_validate), ("apply", st.stage_apply),
+                           ("report", st.stage_report)):
+            with clock.stage(key):
+                stage(run, store)
         st.summary(run, store)
+        say("\nwhere the time went:")
+        for line in clock.table():
+            say(line)
         say(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")
         sys.stdout.flush()
         if dashboard:

@@ -15,21 +15,32 @@ class Settings:
     rate_rps: float  # the slice's mean rate after scaling: what 2 CPU cores serve
     token_scale: float  # prompts and outputs scaled down (azure-conv's median prompt ~1k tokens)
     max_prompt: int  # profile --max-prompt: the longest scaled prompt, so the fit is not extrapolated
+    max_batch: int  # profile --max-batch: its largest decode burst (64 streams is minutes on a CPU)
     validate_requests: int
     validate_layouts: str
     validate_budget: str  # validate --budget: the demo keeps its 10 minutes
     slo_ttft_s: float
     slo_tbt_s: float
+    plan_s: tuple  # (stage, seconds expected on an idle 2-core machine), printed at the start
 
 
 # TTFT and TBT targets are what a 135M model on 2 CPU cores can meet at ~1 request/s (measured
 # here: TTFT p99 below a second, TBT near 50-150 ms); a GPU deployment would use --slo chat.
-FULL = Settings(model="smollm2-135m", requests=40, rate_rps=1.0, token_scale=0.05, max_prompt=128,
-                validate_requests=12, validate_layouts="monolithic,intra,cross", validate_budget="6m",
-                slo_ttft_s=3.0, slo_tbt_s=0.5)
+# FULL's profile: prefills up to 256 tokens (the 40 requests' longest scaled prompt is 204) and
+# decode bursts up to 32 streams (recommend's goodput search reaches decode batches of ~32 on
+# smollm2; 64-stream bursts were what kept the demo past 10 minutes). plan_s: seconds per stage
+# on an idle 2-core machine (docs/benchmarks.md); replay's is its 40 arrivals at 1 req/s,
+# validate's its own plan for three tiny-model layouts with waits for a quiet machine.
+FULL = Settings(model="smollm2-135m", requests=40, rate_rps=1.0, token_scale=0.05, max_prompt=256,
+                max_batch=32, validate_requests=12, validate_layouts="monolithic,intra,cross",
+                validate_budget="6m", slo_ttft_s=3.0, slo_tbt_s=0.5,
+                plan_s=(("import", 5), ("serve", 20), ("replay", 45), ("profile", 60), ("forecast", 5),
+                        ("recommend", 5), ("validate", 180), ("apply", 15), ("report", 20)))
 QUICK = Settings(model="tiny", requests=16, rate_rps=2.0, token_scale=0.03, max_prompt=64,
-                 validate_requests=6, validate_layouts="monolithic", validate_budget="6m",
-                 slo_ttft_s=3.0, slo_tbt_s=0.5)
+                 max_batch=16, validate_requests=6, validate_layouts="monolithic",
+                 validate_budget="6m", slo_ttft_s=3.0, slo_tbt_s=0.5,
+                 plan_s=(("import", 5), ("serve", 10), ("replay", 10), ("profile", 20), ("forecast", 5),
+                         ("recommend", 5), ("validate", 90), ("apply", 10), ("report", 20)))
 VALIDATE_MODEL = "tiny"  # validate starts and calibrates one server per layout: smollm2 thrice is minutes
 
 

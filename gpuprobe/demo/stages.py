@@ -100,9 +100,11 @@ def stage_replay(run: Run, store) -> None:
 
 
 def stage_profile(run: Run, store) -> None:
-    t = stage(f"profile the running server (gpuprobe profile --target; prefills up to {run.settings.max_prompt} tokens)")
+    s = run.settings
+    t = stage(f"profile the running server (gpuprobe profile --target; prefills up to {s.max_prompt} tokens, "
+              f"decode bursts up to {s.max_batch} streams)")
     run.profile = run.out / "profile.json"
-    if gpuprobe(run, "profile", "--target", run.url, "--max-prompt", run.settings.max_prompt,
+    if gpuprobe(run, "profile", "--target", run.url, "--max-prompt", s.max_prompt, "--max-batch", s.max_batch,
                 "--out", run.profile, "--name", f"demo-{run.model}") == 0:
         run.made["profile"] = run.profile
     else:

@@ -43,6 +43,12 @@ def prefill_sizes_for(max_prompt: int, max_len: int) -> tuple[int, ...]:
 LONG_DECODE_MAX_BATCH = 16  # bursts at a context past DECODE_PROMPTS' go up to this batch
 
 
+def decode_batches_for(max_batch: int) -> tuple[int, ...]:
+    """DECODE_BATCHES up to max_batch, and max_batch itself: the decode fit then reaches the
+    largest batch asked for (its x_max), and predictions past 1.5 times it are flagged."""
+    return tuple(dict.fromkeys([b for b in DECODE_BATCHES if b < max_batch] + [max_batch]))
+
+
 def _batches_at(prompt: int, batches) -> tuple[int, ...]:
     """The burst sizes at a decode prompt: all of them at DECODE_PROMPTS' lengths; at a longer
     one (decode_prompts_for) up to LONG_DECODE_MAX_BATCH, which measures the context term
@@ -104,12 +110,17 @@ def _check(recs: list[dict], what: str) -> list[dict]:
 def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=DECODE_BATCHES,
                     decode_prompts=DECODE_PROMPTS, decode_tokens: int = DECODE_TOKENS,
                     reps: int = 4, timeout_s: float = 120.0, progress=None,
-                    vocab: int | None = None, wake_gaps=WAKE_GAPS, wake_reps: int = WAKE_REPS
-                    ) -> dict:
+                    vocab: int | None = None, wake_gaps=WAKE_GAPS, wake_reps: int = WAKE_REPS,
+                    detail=None, keep_partial: bool = False) -> dict:
     """Send the calibration load; returns {'prefill': [rec], 'decode': [(B, L, [rec])],
     'wake': [rec], 't0_s', 't1_s'} with replay-client records (ttft_s, token_times in s from
     send). The idle probes ('wake', each with its idle_s) come after t1_s, the end of the
     sweeps: the step records a fit reads end there, so the probes' slow steps stay out of it.
+
+    progress(msg) hears of each prefill repetition, each decode prompt length and the idle
+    probes (validate times its CPU phases by these); detail(msg), when given, of each decode
+    burst as well. keep_partial: a decode burst that fails after two smaller ones succeeded at
+    its prompt length ends that prompt's bursts instead of the calibration; 'cut' says which.
 
     Raises GpuprobeError when the server cannot be reached or a request fails.
     """
@@ -119,6 +130,7 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
     base = base_url.rstrip("/")
     rng = np.random.default_rng(0)
     note = progress or (lambda msg: None)
+    cut: list[str] = []
 
     async def go(session, model, found_vocab):
         vocab_n = vocab or found_vocab or DEFAULT_VOCAB  # the server's, else replay's safe range
@@ -135,13 +147,30 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
                                               {"prompt_tokens": n}))
             note(f"prefill sweep {rep + 1}/{reps}")
         _check(prefill, "prefill sweep")
-        decode = []
+        decode, n = [], 0
+        bursts = sum(len(_batches_at(L, decode_batches)) for L in decode_prompts)
         for L in decode_prompts:
+            fitted = 0
             for B in _batches_at(L, decode_batches):
-                recs = await asyncio.gather(*(send_one(session, base + "/v1/completions",
-                                                       body(L, decode_tokens), {"prompt_tokens": L})
-                                              for _ in range(B)))
-                decode.append((B, L, _check(list(recs), f"decode burst B={B}")))
+                t_burst, n = time.monotonic(), n + 1
+                recs = list(await asyncio.gather(*(send_one(session, base + "/v1/completions",
+                                                            body(L, decode_tokens), {"prompt_tokens": L})
+                                                   for _ in range(B))))
+                bad = [r for r in recs if r["status"] != "ok"]
+                if bad and keep_partial and fitted >= 2:
+                    # a slow or busy server times the largest bursts out: keep the smaller ones
+                    # (the fit's x_max says where it stops) rather than fail the whole profile
+                    cut.append(f"decode burst of {B} streams at prompt {L} failed ({len(bad)} of {B}: "
+                               f"{bad[0]['status']} {bad[0].get('error') or ''}".rstrip() +
+                               f"); larger bursts at this prompt left out")
+                    note(cut[-1])
+                    break
+                decode.append((B, L, _check(recs, f"decode burst B={B}")))
+                fitted += 1
+                if detail:  # the large bursts take longest: a user sees which one is running
+                    detail(f"decode burst {n}/{bursts}: {B} streams at prompt {L} "
+                           f"in {time.monotonic() - t_burst:.1f} s")
+            # one note per prompt length: validate times its CPU phases by these notes
             note(f"decode sweep, prompt {L}")
         t_sweeps = time.time()
         sizes = [n for n in WAKE_SIZES if n in prefill_sizes]
@@ -164,7 +193,7 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
         raise
     except Exception as exc:  # connection refused, DNS, timeouts: one line for the user
         raise GpuprobeError(f"cannot profile {base}: {type(exc).__name__}: {exc}") from None
-    return {"prefill": prefill, "decode": decode, "wake": wake, "t0_s": t0, "t1_s": t1}
+    return {"prefill": prefill, "decode": decode, "wake": wake, "t0_s": t0, "t1_s": t1, "cut": cut}
 
 
 def client_prefill_points(cal: dict) -> tuple[np.ndarray, np.ndarray]:

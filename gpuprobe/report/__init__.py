@@ -26,8 +26,7 @@ def write_report(store, workload: str, out: str, pdf: str | None = None, rec_id:
     say = progress or (lambda m: None)
     say("gathering the evidence")
     ev = gather(store, workload, rec_id, cost_per_device_hour, source, source_range)
-    layouts = store.layout_events()
-    ev["current_layout"] = str(layouts["to_layout"].iloc[-1]) if len(layouts) else None
+    ev["current_layout"] = _layout_before(store.layout_events(), ev["recommendation"])
     say("writing the HTML")
     _atomic(out, render(ev, interactive=True))
     result = {"html": str(Path(out).resolve()), "pdf": None, "partial": bool(ev["missing"]),
@@ -39,6 +38,18 @@ def write_report(store, workload: str, out: str, pdf: str | None = None, rec_id:
         html_to_pdf(render(ev, interactive=False), pdf)
         result["pdf"] = str(Path(pdf).resolve())
     return result
+
+
+def _layout_before(layouts, rec: dict | None) -> str | None:
+    """The layout to compare with: the one the recommendation replaced where it was applied
+    (after apply the layout running now is the recommendation itself), else the one running."""
+    if not len(layouts):
+        return None
+    if rec and rec.get("applied_s"):
+        switch = layouts[layouts["reason"] == f"recommendation {rec['id']}"]
+        if len(switch) and switch["from_layout"].iloc[0]:
+            return str(switch["from_layout"].iloc[0])
+    return str(layouts["to_layout"].iloc[-1])
 
 
 def _atomic(path: str, text: str) -> None:

@@ -81,35 +81,59 @@ def memo(ev: dict) -> dict:
     g_b, g_r = (base or {}).get("max_goodput_rps_per_device"), best.get("max_goodput_rps_per_device")
     bracket = best.get("goodput_bracket_rps_per_device") or [None, None]
     g_unc = (f"search bracket {bracket[0]:.3g}-{bracket[1]:.3g} req/s" if bracket[1] else "search bracket open")
-    rows.append(_row("Goodput per device (req/s within SLO)", g_b, g_r, "req/s", g_unc + ("; " + unc if unc else "")))
+    rows.append(_row("Goodput per device (req/s within SLO)", g_b, g_r, "req/s", g_unc + "; " + unc))
     d_b = devices_needed(rate, g_b or 0, int((base or {}).get("devices") or 1)) if base else None
     d_r = devices_needed(rate, g_r or 0, int(best.get("devices") or 1))
-    rows.append(_row(f"Devices for {rate:.3g} req/s", d_b, d_r, "", "from the goodput bracket: "
-                     + (f"{devices_needed(rate, bracket[1], int(best.get('devices') or 1))}-{d_r}" if bracket[1] else "n/a")))
+    d_lo = devices_needed(rate, bracket[1], int(best.get("devices") or 1)) if bracket[1] else None
+    rows.append(_row(f"Devices for the workload's {rate:.3g} req/s", d_b, d_r, "",
+                     "n/a" if d_lo is None else f"{d_r} across the goodput bracket" if d_lo == d_r
+                     else f"{d_lo}-{d_r} across the goodput bracket"))
     c_b, c_r = (c.get("cost_per_million_output_tokens") or cost_per_million(price, c.get("max_goodput_rps_per_device"), mean_out)
                 if c else None for c in (base, best))
-    rows.append(_row("Cost per million output tokens", c_b, c_r, "$", "as goodput" if price else
-                     "no --cost-per-device-hour given"))
-    conf = rec.get("confidence_label") or (body.get("confidence") or {}).get("word", "")
-    risks = _risks(ev, best, err_best, conf)
+    rows.append(_row("Cost per million output tokens", c_b, c_r, "$", "as goodput's (price over goodput)"
+                     if price else "no price given (report --cost-per-device-hour USD)"))
+    confd = body.get("confidence") or {}
+    conf = rec.get("confidence_label") or confd.get("word", "")
+    risks = _risks(ev, best, err_best, conf, confd.get("basis"), rows)
     nxt = [f"`gpuprobe plan --recommendation {rec['id']} --engine vllm --out plan/` (or sglang, dynamo) "
-           f"to get the commands for {best.get('label', rec['layout'])}.",
-           f"Apply on one host first: `gpuprobe apply --recommendation {rec['id']} --target URL`, then "
-           f"`gpuprobe recommend --check {rec['id']}` after an hour of traffic."]
+           f"to get the commands for {best.get('label', rec['layout'])}."]
+    if rec.get("applied_s") and rec.get("applied_target"):
+        nxt.append(f"Applied to {rec['applied_target']} (`gpuprobe apply`): after an hour of traffic, "
+                   f"`gpuprobe recommend --check {rec['id']}` says whether it still holds.")
+    else:
+        nxt.append(f"Apply on one host first: `gpuprobe apply --recommendation {rec['id']} --target URL`, then "
+                   f"`gpuprobe recommend --check {rec['id']}` after an hour of traffic.")
     if ev.get("validation") is None:
         nxt.insert(0, f"Measure the model's error on this workload: `gpuprobe validate --workload {ev['workload']}`.")
     sentence = body.get("decision") or f"Run {rec['layout']}."
-    if base:
-        sentence += f" Compared with {base.get('label', base.get('layout'))}."
     return {"sentence": sentence, "rows": rows, "risks": risks, "next": nxt, "confidence": conf,
             "baseline": (base or {}).get("label"), "recommended": best.get("label"),
+            "baseline_why": _baseline_why(base, best, ev.get("current_layout"), bool(rec.get("applied_s"))),
+            "error_note": _error_note(err_best, err_base),
             "partial": bool(ev["missing"])}
+
+
+def _error_note(err_best: float | None, err_base: float | None) -> str:
+    errs = [e for e in (err_best, err_base) if e is not None]
+    return (f"±{max(errs):.0%} is the model's median error at p50 in the last validate run (the larger of "
+            f"the two layouts')" if errs else "no validate run measured the model's error on this workload")
+
+
+def _baseline_why(base: dict | None, best: dict, current: str | None = None, applied: bool = False) -> str:
+    if not base:
+        return ""
+    if current and base.get("layout") == current:
+        when = "before this recommendation was applied" if applied else "on the target now"
+        return f"the best {current} candidate ({current} ran {when})"
+    if base.get("layout") == "monolithic":
+        return ("the best plain monolithic engine, what most deployments run today"
+                if best.get("layout") != "monolithic" else "the best monolithic candidate with other settings")
+    return "the runner-up"
 
 
 def _unc(err_best: float | None, err_base: float | None) -> str:
     errs = [e for e in (err_best, err_base) if e is not None]
-    return (f"model error {max(errs):.0%} (median over p50s, last validate run)" if errs
-            else "model error not measured on this workload (no validate run)")
+    return (f"±{max(errs):.0%} (model error)" if errs else "model error unknown (no validate run)")
 
 
 def _row(what: str, b, r, unit: str, uncertainty: str) -> dict:
@@ -129,11 +153,17 @@ def _fmt(v, unit: str) -> str:
     return f"{v:,.3g} {unit}".strip()
 
 
-def _risks(ev: dict, best: dict, err: float | None, conf: str) -> list[str]:
+def _risks(ev: dict, best: dict, err: float | None, conf: str, basis: str | None = None,
+           rows: list | None = None) -> list[str]:
     out = []
     if conf in ("low", "medium"):
-        out.append(f"Confidence is {conf}: the profile is not fully measured or the margin is thin; "
-                   f"the ranking can change with a measured profile.")
+        why = basis or "the profile is not fully measured or the margin is thin"
+        out.append(f"Confidence is {conf} ({why}): the ranking can change with a measured profile "
+                   f"or a few percent of model error.")
+    for r in rows or []:  # a figure the recommended layout makes worse is a trade-off to sign off
+        if r["what"].startswith(("TTFT", "TBT")) and r["change"].endswith("%") and float(r["change"][:-1]) >= 10:
+            out.append(f"{r['what'].split(' at ')[0]} rises from {r['baseline']} to {r['recommended']} "
+                       f"({r['change']}): a trade-off to accept with this layout.")
     if err is not None and err > 0.15:
         out.append(f"The model missed this layout by {err:.0%} at the median in the last validate run.")
     cps = ev["mix"]["change_points_s"]

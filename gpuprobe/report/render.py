@@ -28,7 +28,9 @@ h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; border-bottom: 1p
 table { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 12px; }
 th, td { border-bottom: 1px solid #ddd; padding: 4px 6px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.memo { page-break-after: always; } .plot img { width: 100%; } .missing { color: #a04000; }
+.memo { page-break-after: always; font-size: 12px; line-height: 1.35; }
+.memo h2 { margin-top: 14px; } .memo table { font-size: 11px; } .memo td, .memo th { padding: 2px 6px; }
+.memo ul, .memo ol { margin: 4px 0; } .memo .sub { margin-bottom: 6px; } .plot img { width: 100%; } .missing { color: #a04000; }
 @page { size: A4; margin: 14mm; }
 """
 
@@ -44,6 +46,8 @@ over {{ "%.0f"|format(p.span_s / 60) }} min &middot; confidence: {{ m.confidence
 No number is shown in their place.</div>{% endif %}
 <p class="decision">{{ m.sentence }}</p>
 {% if m.rows %}<h2>Expected change{% if m.baseline %} against {{ m.baseline }}{% endif %}</h2>
+<div class="sub">{% if m.baseline_why %}The baseline is {{ m.baseline_why }}. {% endif %}Figures are
+predictions at each layout's goodput; {{ m.error_note }}.</div>
 <table><tr><th>figure</th><th>{{ m.baseline or "baseline" }}</th><th>{{ m.recommended }}</th><th>change</th><th>uncertainty</th></tr>
 {% for r in m.rows %}<tr><td>{{ r.what }}</td><td class="num">{{ r.baseline }}</td><td class="num">{{ r.recommended }}</td>
 <td class="num">{{ r.change }}</td><td>{{ r.uncertainty }}</td></tr>{% endfor %}</table>{% endif %}
@@ -120,11 +124,16 @@ def _static(figs: dict) -> dict[str, str]:
             try:
                 pio.write_images([figs[n] for n in names], paths, format="png", width=900,
                                  height=[int(figs[n].layout.height or 330) for n in names], scale=1.5)
-                break
+                # on a loaded machine kaleido has also returned without writing (seen in the demo)
+                missing = [p.name for p in paths if not p.exists()]
+                if not missing:
+                    break
+                why = f"kaleido returned without writing {', '.join(missing)}"
             except Exception as exc:  # noqa: BLE001 - kaleido raises its own and the browser's
-                if attempt == 2:
-                    raise GpuprobeError(f"could not draw the report's plots as images (kaleido with "
-                                        f"chromium): {one_line(str(exc))[:200]}") from None
+                why = one_line(str(exc))[:200]
+            if attempt == 2:
+                raise GpuprobeError(f"could not draw the report's plots as images (kaleido with "
+                                    f"chromium): {why}") from None
         return {n: f'<div class="plot"><img alt="{html.escape(figs[n].layout.title.text or "")}" '
                    f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"></div>'
                 for n, p in zip(names, paths)}

@@ -9,8 +9,9 @@ from gpuprobe.cli.argtypes import http_url, positive_int
 NAME = "profile"
 HELP = "measure or derive the cost model (prefill/decode step curves, overheads) into a JSON profile"
 MAX_PROMPT = 1024
+MAX_BATCH = 64  # the calibration's largest decode burst by default (calibrate.DECODE_BATCHES)
 # The flags that apply to one source only; given with another, they are refused.
-MODE_FLAGS = {"target": ("layout", "max_prompt", "vocab"), "from_store": ("run",),
+MODE_FLAGS = {"target": ("layout", "max_prompt", "max_batch", "vocab"), "from_store": ("run",),
               "spec": ("model_shape", "prefill_gpu", "decode_gpu")}
 
 
@@ -28,6 +29,11 @@ def add_arguments(p) -> None:
                    help=f"--target: sweep prefills up to N tokens (default {MAX_PROMPT}; at most "
                         f"the server's context less one); give the longest prompt your workload "
                         f"sends, so the fit is not extrapolated")
+    p.add_argument("--max-batch", type=positive_int, metavar="N",
+                   help=f"--target: decode bursts of up to N concurrent streams (default "
+                        f"{MAX_BATCH}); a smaller N profiles a slow server (a CPU) in less "
+                        f"time, and predictions of batches past 1.5 N are flagged as "
+                        f"extrapolated")
     p.add_argument("--vocab", type=positive_int, metavar="N",
                    help="--target: token ids below this (default: ask the server)")
     p.add_argument("--model-shape", help="--spec: model shape (default llama3-8b)")
@@ -63,7 +69,8 @@ def _build(args):
         with Store.open(args.store) as store:
             return prof.from_store(store, args.run)
     from gpuprobe.errors import UserError
-    from gpuprobe.perf.calibrate import prefill_sizes_for, run_calibration, server_model
+    from gpuprobe.perf.calibrate import (DECODE_PROMPTS, decode_batches_for, prefill_sizes_for,
+                                         run_calibration, server_model)
 
     def say(msg: str) -> None:
         print(f"[profile] {msg}", file=sys.stderr, flush=True)
@@ -71,15 +78,28 @@ def _build(args):
     max_prompt = args.max_prompt or MAX_PROMPT
     if max_prompt < 16:
         raise UserError(f"--max-prompt must be >= 16, got {max_prompt}")
+    if args.max_batch is not None and args.max_batch < 2:
+        # the decode fit has three terms (step, per sequence, per context token): bursts of 1
+        # and 2 streams at two prompt lengths are the fewest that determine them
+        raise UserError(f"--max-batch must be >= 2 (the decode fit needs two batch sizes), "
+                        f"got {args.max_batch}")
     context = server_model(args.target).get("max_model_len")
     limit = context - 1 if isinstance(context, int) else max_prompt  # room for one output token
     if max_prompt > limit:
         say(f"--max-prompt {max_prompt} is more than the server's context of {context} tokens "
             f"allows; sweeping prefills up to {limit} (one token is left for the output)")
-    cal = run_calibration(args.target, vocab=args.vocab,
-                          prefill_sizes=prefill_sizes_for(max_prompt, min(max_prompt, limit)),
-                          progress=say)
-    return prof.from_client(cal, args.layout or "monolithic")
+    sizes = prefill_sizes_for(max_prompt, min(max_prompt, limit))
+    batches = decode_batches_for(args.max_batch or MAX_BATCH)
+    say(f"plan: prefill sweep of {len(sizes)} sizes up to {sizes[-1]} tokens x 4, decode bursts of "
+        f"{', '.join(map(str, batches))} streams at each of {', '.join(map(str, DECODE_PROMPTS))} "
+        f"prompt tokens, idle probes")
+    cal = run_calibration(args.target, vocab=args.vocab, prefill_sizes=sizes,
+                          decode_batches=batches, progress=say, detail=say, keep_partial=True)
+    profile = prof.from_client(cal, args.layout or "monolithic")
+    if cal["cut"]:  # kept in the profile: its decode fit stops short of --max-batch
+        from dataclasses import replace
+        profile = replace(profile, meta={**profile.meta, "decode_bursts_cut": cal["cut"]})
+    return profile
 
 
 def run(args) -> int:
