@@ -137,3 +137,17 @@ def test_a_layout_changed_by_someone_else_restarts_the_dwell():
     state = observe(_state(0.0), "cross", {"prefill_share": 0.5}, 50.0)
     assert state.layout == "cross" and state.layout_since_s == 50.0
     assert observe(state, "cross", {"prefill_share": 0.5}, 70.0) is state
+
+
+def test_a_stalled_window_does_not_age_the_lead():
+    # a lagging server: the decisions go on every 2 s, the newest finished arrival stays at
+    # t=106, so the same window is re-read and the challenger's lead must not grow old on it
+    state = _state(0.0)
+    for i in range(10):
+        now = 106.0 + 2 * i
+        d = decide(state, PREFILL_HEAVY, now, 104.0, CFG, lead_now_s=106.0)
+        state = d.state
+        assert d.action == HOLD and d.reason.startswith("dwell: intra@0.5 has led for 2.0 s"), d.reason
+    # traffic moves on: 8 s more of arrivals where intra still leads, and the switch goes
+    d = decide(state, PREFILL_HEAVY, 126.0, 112.0, CFG, lead_now_s=114.0)
+    assert d.action == SWITCH, d.reason

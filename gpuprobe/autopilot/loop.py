@@ -102,12 +102,11 @@ class Autopilot:
                               "reason": f"{exc.kind}: {exc}; nothing changed, retried next interval"})
         self._observe(seen, now)
         rows = outcome.recent_window(self.store, now, self.cfg.window)
-        if len(rows):  # the audit log names the arrivals read, not the decision's clock
-            newest = float(rows["arrival_s"].max())
-            rec.update(window_start_s=newest - self.cfg.window, window_end_s=newest)
+        # the audit log names the arrivals read, and a challenger's lead ages on their clock
+        lead_now = float(rows["arrival_s"].max()) if len(rows) else now
+        lead_start = lead_now - self.cfg.window
+        rec.update(window_start_s=lead_start, window_end_s=lead_now)
         rec["current_layout"] = self.state.layout
-        # the policy counts a lead's age on the decisions' own clock, whatever the lag
-        lead_start = now - self.cfg.window
         if not len(rows):
             d = decide(self.state, [], now, lead_start, self.cfg.policy, traffic=False)
             self.state = d.state
@@ -131,7 +130,7 @@ class Autopilot:
             from gpuprobe.decide.store import save_recommendation
             pred["id"] = save_recommendation(self.store, pred)
         cands = list(pred.get("candidates") or [])
-        d = decide(self.state, cands, now, lead_start, self.cfg.policy)
+        d = decide(self.state, cands, now, lead_start, self.cfg.policy, lead_now_s=lead_now)
         self.state = d.state
         rec.update(forecast=fsum, candidates=cands, action=d.action, reason=d.reason,
                    recommendation_id=pred.get("id"),

@@ -109,7 +109,11 @@ def current_candidate(candidates: list[dict], layout_key: str | None) -> dict | 
 
 
 def decide(state: PolicyState, candidates: list[dict], now_s: float, window_start_s: float,
-           cfg: PolicyConfig, traffic: bool = True) -> Decision:
+           cfg: PolicyConfig, traffic: bool = True, lead_now_s: float | None = None) -> Decision:
+    """window_start_s and lead_now_s: the window's start and end on the clock a challenger's
+    lead is aged on (the traffic's: a lead must show over min-dwell of arrivals, so decisions
+    that re-read the same window of a stalled server do not age it); lead_now_s None: now_s.
+    The layout's dwell and the cooldown count on now_s."""
     if not traffic:
         return Decision(HOLD, "no traffic in the window: holding the current layout",
                         replace(state, lead=None, lead_since_s=None))
@@ -141,7 +145,7 @@ def decide(state: PolicyState, candidates: list[dict], now_s: float, window_star
     if held < cfg.min_dwell_s:
         return Decision(HOLD, f"dwell: {state.layout} in place {held:.1f} s < min-dwell "
                         f"{cfg.min_dwell_s:g} s (gain {gain_txt})", state, **d)
-    led = now_s - lead_since
+    led = (now_s if lead_now_s is None else lead_now_s) - lead_since
     if led < cfg.min_dwell_s:
         return Decision(HOLD, f"dwell: {best_key} has led for {led:.1f} s < min-dwell "
                         f"{cfg.min_dwell_s:g} s (gain {gain_txt})", state, **d)

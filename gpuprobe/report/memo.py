@@ -109,13 +109,14 @@ def memo(ev: dict) -> dict:
     return {"sentence": sentence, "rows": rows, "risks": risks, "next": nxt, "confidence": conf,
             "baseline": (base or {}).get("label"), "recommended": best.get("label"),
             "baseline_why": _baseline_why(base, best, ev.get("current_layout"), bool(rec.get("applied_s"))),
-            "error_note": _error_note(err_best, err_base),
+            "error_note": _error_note(err_best, err_base, ((ev.get("validation") or {}).get("body") or {}).get("model")),
             "partial": bool(ev["missing"])}
 
 
-def _error_note(err_best: float | None, err_base: float | None) -> str:
+def _error_note(err_best: float | None, err_base: float | None, model: str | None = None) -> str:
     errs = [e for e in (err_best, err_base) if e is not None]
-    return (f"±{max(errs):.0%} is the model's median error at p50 in the last validate run (the larger of "
+    on = f", on the {model} model" if model else ""
+    return (f"±{max(errs):.0%} is the model's median error at p50 in the last validate run{on} (the larger of "
             f"the two layouts')" if errs else "no validate run measured the model's error on this workload")
 
 

@@ -26,7 +26,7 @@ def result_json(rows, predicted, measured, confidence, opts, capacity, rate, pro
            "slo": opts.slo.to_dict(), "summary": summary, "confidence": confidence,
            "workload": {"num_requests": n, "token_scale": opts.token_scale,
                         "rate_rps": opts.rate_rps, "capacity_rps": capacity, **rate.info()},
-           "wall_s": wall_s, "profile": profile.to_dict()}
+           "wall_s": wall_s, "model": opts.model, "profile": profile.to_dict()}
     for name, summ in (("best_measured", measured), ("best_predicted", predicted)):
         if note := best_note(summ, out[name]):
             out.setdefault("notes", []).append(f"{name}: {note}")
