@@ -14,13 +14,20 @@ METRICS = (("ttft_p99_s", "TTFT p99", "s"), ("tbt_p99_s", "TBT p99", "s"))
 
 
 def baseline(rec: dict, current_layout: str | None) -> dict | None:
-    """The candidate to compare with: the current layout's best candidate, else monolithic's."""
+    """The candidate to compare with: the current layout's best candidate, else monolithic's;
+    where the recommendation keeps that layout (other settings), the best other layout's, since
+    a sibling with the same figures would show no change and answer no question."""
     cands = rec.get("candidates") or []
+    if not cands:
+        return None
+    chosen = cands[0].get("layout")
     for want in (current_layout, "monolithic"):
-        for c in cands:
-            if want and c.get("layout") == want and c is not cands[0]:
-                return c
-    return cands[1] if len(cands) > 1 else None
+        if want and want != chosen:
+            for c in cands[1:]:
+                if c.get("layout") == want:
+                    return c
+    other = [c for c in cands[1:] if c.get("layout") != chosen]
+    return other[0] if other else (cands[1] if len(cands) > 1 else None)
 
 
 def model_error(validation: dict | None, layout: str) -> float | None:
@@ -126,9 +133,10 @@ def _baseline_why(base: dict | None, best: dict, current: str | None = None, app
     if current and base.get("layout") == current:
         when = "before this recommendation was applied" if applied else "on the target now"
         return f"the best {current} candidate ({current} ran {when})"
-    if base.get("layout") == "monolithic":
-        return ("the best plain monolithic engine, what most deployments run today"
-                if best.get("layout") != "monolithic" else "the best monolithic candidate with other settings")
+    if base.get("layout") == "monolithic" and best.get("layout") != "monolithic":
+        return "the best plain monolithic engine, what most deployments run today"
+    if base.get("layout") != best.get("layout"):
+        return f"the best other layout ({base.get('layout')})"
     return "the runner-up"
 
 
