@@ -155,9 +155,10 @@ def test_cpu_watch_leaves_niced_work_out():
     import os
     import time
 
-    from gpuprobe.validate.cpu_watch import CpuWatch
+    from gpuprobe.validate.cpu_watch import CpuWatch, wait_quiet
     if not os.path.exists("/proc/stat") or os.getpriority(os.PRIO_PROCESS, 0) > 0:
         pytest.skip("needs Linux /proc and a test run at normal priority")
+    wait_quiet(5.0)  # the test before leaves its spinner a second more
     _foreign_spinner(2, nice=19)
     w = CpuWatch()
     time.sleep(1.0)
