@@ -91,10 +91,8 @@ class Autopilot:
         now = self.clock()
         self.close_outcome()
         # The window: one stretch of arrivals, all finished (outcome.recent_window says why).
-        end = now
-        start = end - self.cfg.window
         rec = {"host": self.host, "target": self.cfg.target, "ts_s": now,
-               "window_start_s": start, "window_end_s": end}
+               "window_start_s": now - self.cfg.window, "window_end_s": now}
         try:
             seen = self.target.layout()
         except TargetError as exc:
@@ -115,7 +113,7 @@ class Autopilot:
         hist = None
         if self.cfg.forecast:
             hist = inputs.window_workload(outcome.server_requests(
-                self.store, end - max(self.cfg.history_s, self.cfg.window), end))
+                self.store, now - max(self.cfg.history_s, self.cfg.window), now))
         wl, fsum = inputs.forecast_next(inputs.window_workload(rows), self.cfg.window,
                                         self.cfg.interval_s, hist, self.cfg.interval_s)
         try:

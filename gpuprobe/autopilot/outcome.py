@@ -17,11 +17,15 @@ def server_requests(store, start_s: float, end_s: float) -> pd.DataFrame:
     """The server's request rows that finished in [start_s, end_s). By finish, because the
     server writes a row when its request ends: a window by arrival would miss the requests
     still running, all of them when the server is slow."""
-    df = store.requests(source="server", since_s=start_s - MAX_AGE_S)
-    if not len(df):
-        return df
-    end = df["finish_s"].fillna(df["arrival_s"])
+    df, end = _rows(store, start_s)
     return df[(end >= start_s) & (end < end_s)]
+
+
+def _rows(store, start_s: float) -> tuple[pd.DataFrame, pd.Series]:
+    """The server's request rows that may have finished since start_s, and their finish times
+    (arrival where none)."""
+    df = store.requests(source="server", since_s=start_s - MAX_AGE_S)
+    return df, (df["finish_s"].fillna(df["arrival_s"]) if len(df) else pd.Series(dtype=float))
 
 
 def recent_window(store, now_s: float, window_s: float) -> pd.DataFrame:
@@ -34,13 +38,11 @@ def recent_window(store, now_s: float, window_s: float) -> pd.DataFrame:
     and blur a shift in the mix. Ending at the newest finished arrival, not at `now_s`,
     because the server writes a row only when its request ends: a window of arrivals ending
     now would miss every request still running."""
-    df = store.requests(source="server", since_s=now_s - MAX_AGE_S)
-    if not len(df):
-        return df
-    end = df["finish_s"].fillna(df["arrival_s"])
-    df = df[end < now_s]
-    if not len(df) or not (end[df.index] >= now_s - window_s).any():
+    df, end = _rows(store, now_s)
+    done = end < now_s
+    if not (done & (end >= now_s - window_s)).any():
         return df.iloc[:0]
+    df = df[done]
     newest = float(df["arrival_s"].max())
     return df[df["arrival_s"] > newest - window_s]
 

@@ -1,5 +1,4 @@
-"""One simulated engine worker: the engine's Scheduler policy (as SimScheduler), a cost model
-for the runner, a virtual clock.
+"""One simulated engine worker: the engine's policy (SimScheduler), a cost model, a virtual clock.
 
 The worker is fed (ready_s, Sequence) inputs in time order: new requests for roles 'mixed'
 and 'prefill', prefilled sequences for role 'decode'. Each step asks the shared Scheduler for
