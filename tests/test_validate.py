@@ -151,18 +151,18 @@ def test_cpu_watch_counts_other_processes_not_ours():
 
 
 @pytest.mark.timeout(30)
-def test_cpu_watch_leaves_niced_work_out():
+def test_cpu_watch_counts_niced_work():
     import os
     import time
 
     from gpuprobe.validate.cpu_watch import CpuWatch, wait_quiet
-    if not os.path.exists("/proc/stat") or os.getpriority(os.PRIO_PROCESS, 0) > 0:
-        pytest.skip("needs Linux /proc and a test run at normal priority")
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("needs Linux /proc")
     wait_quiet(5.0)  # the test before leaves its spinner a second more
     _foreign_spinner(2, nice=19)
     w = CpuWatch()
     time.sleep(1.0)
-    assert w.foreign_cores() < 0.4  # the niced spinner's core is not foreign load
+    assert w.foreign_cores() > 0.5  # a niced job's core is foreign load too
 
 
 @pytest.mark.timeout(30)
