@@ -1,0 +1,72 @@
+"""An outside checker's bad input to the decision commands: one line naming the file, field or
+flag, exit 2, no traceback, and nothing the user or the store already had is touched."""
+import json
+
+import pytest
+
+from gpuprobe.cli.main import build_parser, main
+from gpuprobe.perf.roofline import roofline_profile
+
+
+def cli(capsys, *argv):
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse's own one-line errors
+        rc = exc.code
+    err = capsys.readouterr().err
+    return rc, [ln for ln in err.splitlines() if ln.strip()]
+
+
+def test_a_flag_is_never_abbreviated():
+    # `validate --profile p.json` (simulate's and recommend's input flag) was read as
+    # --profile-out and would have overwritten the user's profile after the replays.
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["validate", "--workload", "w", "--profile", "p.json"])
+    assert exc.value.code == 2
+
+
+@pytest.fixture()
+def good_profile():
+    return json.loads(roofline_profile("llama3-8b", "h100").dumps())
+
+
+def _broken(d, edit):
+    d = json.loads(json.dumps(d))
+    edit(d)
+    return d
+
+
+PROFILES = [
+    ("workers-number", lambda d: d["workers"].__setitem__("monolithic", 3), "workers.monolithic"),
+    ("workers-list", lambda d: d.__setitem__("workers", []), "workers"),
+    ("workers-empty", lambda d: d.__setitem__("workers", {}), "workers"),
+    ("coef-short", lambda d: d["workers"]["monolithic"]["prefill"].__setitem__("coef", [0.1]),
+     "workers.monolithic.prefill.coef"),
+    ("coef-nan", lambda d: d["workers"]["monolithic"]["prefill"].__setitem__("coef", [float("nan"), 0, 0]),
+     "workers.monolithic.prefill.coef[0]"),
+    ("coef-negative", lambda d: d["workers"]["monolithic"]["decode"].__setitem__("coef", [-1, 0, 0]),
+     "workers.monolithic.decode.coef[0]"),
+    ("terms", lambda d: d["workers"]["monolithic"]["decode"].__setitem__("terms", ["1", "Z", "C"]),
+     "workers.monolithic.decode.terms"),
+    ("scale", lambda d: d["workers"]["monolithic"].__setitem__("scale", 0), "workers.monolithic.scale"),
+    ("link", lambda d: d["links"]["cross"].__setitem__("bytes_per_s", 0), "links.cross.bytes_per_s"),
+    ("share", lambda d: d.__setitem__("prefill_share", 2), "prefill_share"),
+]
+
+
+@pytest.mark.parametrize("edit,field", [p[1:] for p in PROFILES], ids=[p[0] for p in PROFILES])
+def test_a_wrong_shaped_profile_names_its_field(tmp_path, capsys, good_profile, edit, field):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(_broken(good_profile, edit)))
+    rc, lines = cli(capsys, "simulate", "--workload", "azure-conv", "--limit", "20",
+                    "--profile", path, "--store", tmp_path / "s.db")
+    assert rc == 2 and len(lines) == 1, lines
+    assert f"p.json: not a gpuprobe profile: {field}:" in lines[0]
+
+
+def test_the_roofline_profile_passes_the_shape_check(tmp_path, capsys, good_profile):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(good_profile))
+    rc, lines = cli(capsys, "simulate", "--workload", "azure-conv", "--limit", "20",
+                    "--layouts", "monolithic", "--profile", path, "--store", tmp_path / "s.db")
+    assert rc == 0, lines
