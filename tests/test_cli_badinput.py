@@ -70,3 +70,32 @@ def test_the_roofline_profile_passes_the_shape_check(tmp_path, capsys, good_prof
     rc, lines = cli(capsys, "simulate", "--workload", "azure-conv", "--limit", "20",
                     "--layouts", "monolithic", "--profile", path, "--store", tmp_path / "s.db")
     assert rc == 0, lines
+
+
+TOKENS = [("binary", b"\x00\x01\xff\xfe", "not a text file"),
+          ("two-lines", b"abc\ndef", "the token must be one line of printable ASCII"),
+          ("non-ascii", "caf\u20ac".encode(), "the token must be one line of printable ASCII")]
+
+
+@pytest.mark.parametrize("data,needle", [t[1:] for t in TOKENS], ids=[t[0] for t in TOKENS])
+def test_an_unusable_admin_token_file_is_named(tmp_path, capsys, data, needle):
+    # It was an internal error, or "the server answered something that is not JSON" once
+    # the header could not be sent.
+    tok = tmp_path / "tok"
+    tok.write_bytes(data)
+    rc, lines = cli(capsys, "apply", "--recommendation", "1", "--target", "http://127.0.0.1:1",
+                    "--admin-token-file", tok, "--store", tmp_path / "s.db")
+    assert rc == 2 and len(lines) == 1, lines
+    assert f"--admin-token-file {tok}: {needle}" in lines[0]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("flag", ["--for", "--window", "--history", "--interval"])
+def test_autopilot_refuses_a_zero_length(tmp_path, capsys, good_profile, flag):
+    # --for 0 ran until SIGTERM; --window 0 and --history 0 quietly fell back to other lengths.
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(good_profile))
+    rc, lines = cli(capsys, "autopilot", "--target", "http://127.0.0.1:1", "--profile", path,
+                    "--interval", "1s", "--for", "1s", flag, "0", "--store", tmp_path / "s.db")
+    assert rc == 2 and len(lines) == 1, lines
+    assert lines[0].endswith(f"{flag}: '0' must be more than 0")

@@ -28,7 +28,7 @@ def run(args) -> int:
     bucket_s = parse_duration(args.bucket, "--bucket")
     if bucket_s <= 0:
         raise UserError("--bucket: must be more than 0s")
-    tbt_s = parse_duration(args.decode_tbt, "--decode-tbt")
+    tbt_s = parse_duration(args.decode_tbt, "--decode-tbt", positive=True)  # 0: no decodes in flight
     if args.source:
         if args.workload:
             raise UserError("--workload and --source: give one (Prometheus has rates, not requests)")
