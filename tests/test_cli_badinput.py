@@ -99,3 +99,60 @@ def test_autopilot_refuses_a_zero_length(tmp_path, capsys, good_profile, flag):
                     "--interval", "1s", "--for", "1s", flag, "0", "--store", tmp_path / "s.db")
     assert rc == 2 and len(lines) == 1, lines
     assert lines[0].endswith(f"{flag}: '0' must be more than 0")
+
+
+def _forecast_file(tmp_path, edit):
+    n = 6
+    series = {k: {"t_s": [600.0 + 10 * i for i in range(n)], "mean": [v] * n, "hi80": [v * 1.2] * n}
+              for k, v in (("requests_per_s", 2.0), ("prefill_tokens_per_s", 2000.0),
+                           ("decode_tokens_per_s", 300.0))}
+    f = {"bucket_s": 10.0, "series": series}
+    edit(f)
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(f))
+    return path
+
+
+FORECASTS = [
+    ("not-object", lambda f: f.clear() or f.update(x=1), "series"),
+    ("series-string", lambda f: f["series"].__setitem__("requests_per_s", "abc"),
+     "series.requests_per_s"),
+    ("no-hi80", lambda f: f["series"]["requests_per_s"].pop("hi80"), "series.requests_per_s.hi80"),
+    ("short", lambda f: f["series"]["decode_tokens_per_s"].__setitem__("mean", [1.0]),
+     "series.decode_tokens_per_s.mean"),
+    ("nan", lambda f: f["series"]["requests_per_s"].__setitem__("hi80", [float("nan")] * 6),
+     "series.requests_per_s.hi80"),
+    ("bucket", lambda f: f.__setitem__("bucket_s", -10), "bucket_s"),
+]
+
+
+@pytest.mark.parametrize("edit,field", [f[1:] for f in FORECASTS], ids=[f[0] for f in FORECASTS])
+def test_a_wrong_shaped_forecast_file_names_its_field(tmp_path, capsys, good_profile, edit, field):
+    # These were internal errors (KeyError, IndexError, a negative array size).
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps(good_profile))
+    path = _forecast_file(tmp_path, edit)
+    rc, lines = cli(capsys, "recommend", "--workload", "azure-conv", "--limit", "50", "--profile",
+                    prof, "--forecast-file", path, "--store", tmp_path / "s.db")
+    assert rc == 2 and len(lines) == 1, lines
+    assert f"--forecast-file {path}: {field}:" in lines[0]
+
+
+FORECAST_FLAGS = [
+    (["--series", ","], "--series: ',' names no series"),    # stored an empty forecast, exit 0
+    (["--as-of", "99999"], "--as-of: '99999' is past the workload's end"),  # forecast zeros
+    (["--bucket", "1s", "--horizon", "100d"], "--horizon: 8.64e+06 s is 8,640,000 buckets"),  # hung
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("flags,needle", FORECAST_FLAGS, ids=[f[0][0] for f in FORECAST_FLAGS])
+def test_forecast_refuses_what_it_cannot_forecast(tmp_path, capsys, flags, needle):
+    db = tmp_path / "s.db"
+    assert cli(capsys, "synth", "--name", "w", "--rate", "1", "--duration", "60s", "--store", db)[0] == 0
+    rc, lines = cli(capsys, "forecast", "--workload", "w", *flags, "--store", db)
+    assert rc == 2 and len(lines) == 1, lines
+    assert needle in lines[0]
+    from gpuprobe.store import Store
+    with Store.open(str(db)) as store:
+        assert store.forecasts("w").empty and len(store.workloads()) == 1

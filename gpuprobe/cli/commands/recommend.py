@@ -131,11 +131,14 @@ def _source_workload(args):
 def _forecast(args, wl) -> dict:
     from gpuprobe.errors import UserError
     if args.forecast_file:
+        from gpuprobe.decide.forecast_workload import check_forecast
         try:
             with open(args.forecast_file) as f:
-                return json.load(f)
-        except (OSError, ValueError) as e:
+                forecast = json.load(f)
+            check_forecast(forecast)
+        except (OSError, ValueError, UserError) as e:
             raise UserError(f"--forecast-file {args.forecast_file}: {e}") from None
+        return forecast
     if importlib.util.find_spec("gpuprobe.forecast") is None:
         raise UserError("--forecast: this build has no forecaster (gpuprobe.forecast); "
                         "pass --forecast-file from `gpuprobe forecast --json`")
