@@ -156,3 +156,21 @@ def test_forecast_refuses_what_it_cannot_forecast(tmp_path, capsys, flags, needl
     from gpuprobe.store import Store
     with Store.open(str(db)) as store:
         assert store.forecasts("w").empty and len(store.workloads()) == 1
+
+
+def test_report_refuses_another_workloads_recommendation(tmp_path, capsys, good_profile):
+    # It wrote the report: the other workload's figures under this recommendation's decision.
+    db, prof = tmp_path / "s.db", tmp_path / "p.json"
+    prof.write_text(json.dumps(good_profile))
+    for name in ("a", "b"):
+        assert cli(capsys, "synth", "--name", name, "--rate", "1", "--duration", "60s",
+                   "--store", db)[0] == 0
+    assert cli(capsys, "recommend", "--workload", "a", "--profile", prof, "--layouts", "monolithic",
+               "--limit", "50", "--store", db)[0] == 0
+    html = tmp_path / "r.html"
+    rc, lines = cli(capsys, "report", "--workload", "b", "--recommendation", "1", "--out", html,
+                    "--store", db)
+    assert rc == 2 and "Traceback" not in "".join(lines), lines
+    assert lines[-1].endswith("--recommendation 1 was made for workload 'a', not 'b': give "
+                              "--workload a, or leave --recommendation out for the latest of 'b'")
+    assert not html.exists()
