@@ -174,3 +174,15 @@ def test_report_refuses_another_workloads_recommendation(tmp_path, capsys, good_
     assert lines[-1].endswith("--recommendation 1 was made for workload 'a', not 'b': give "
                               "--workload a, or leave --recommendation out for the latest of 'b'")
     assert not html.exists()
+
+
+def test_recommend_names_the_flag_that_was_wrong(tmp_path, capsys, good_profile):
+    db, prof = tmp_path / "s.db", tmp_path / "p.json"
+    prof.write_text(json.dumps(good_profile))
+    assert cli(capsys, "synth", "--name", "w", "--duration", "10s", "--store", db)[0] == 0
+    rc, lines = cli(capsys, "recommend", "--check", "999", "--store", db)  # said --recommendation
+    assert rc == 2 and lines == ["gpuprobe recommend: error: --check 999: no such recommendation "
+                                 "in this store (gpuprobe recommend stores one and prints its id)"]
+    rc, lines = cli(capsys, "recommend", "--workload", "azure-conv", "--profile", prof, "--source",
+                    "prometheus=http://127.0.0.1:1", "--store", db)  # said "needs one of" them
+    assert rc == 2 and len(lines) == 1 and "--workload and --source: give one" in lines[0], lines

@@ -62,7 +62,10 @@ def run(args) -> int:
     from gpuprobe.errors import UserError
     if args.check is not None:
         return run_check(args)
-    if not args.profile or bool(args.workload) == bool(args.source):
+    if args.workload and args.source:  # "needs one of" read as if neither had been given
+        raise UserError("--workload and --source: give one (the workload's requests, or the "
+                        "rates a Prometheus holds)")
+    if not args.profile or not (args.workload or args.source):
         raise UserError("recommend needs --profile and one of --workload or --source (or --check ID)")
     from gpuprobe.cli.commands.validate import load_named_workload
     from gpuprobe.decide.recommend import base_rate, prepare, recommend, scale_workload
