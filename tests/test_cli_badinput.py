@@ -186,3 +186,13 @@ def test_recommend_names_the_flag_that_was_wrong(tmp_path, capsys, good_profile)
     rc, lines = cli(capsys, "recommend", "--workload", "azure-conv", "--profile", prof, "--source",
                     "prometheus=http://127.0.0.1:1", "--store", db)  # said "needs one of" them
     assert rc == 2 and len(lines) == 1 and "--workload and --source: give one" in lines[0], lines
+
+
+def test_fleet_checks_its_profile_before_asking_prometheus(tmp_path, capsys):
+    # The profile was read only after the queries: a fleet with no Prometheus at the URL hid
+    # the broken file, which surfaced as exit 2 only once Prometheus was up.
+    bad = tmp_path / "p.json"
+    bad.write_text("{")
+    rc, lines = cli(capsys, "fleet", "--source", "prometheus=http://127.0.0.1:1", "--profile", bad,
+                    "--store", tmp_path / "s.db")
+    assert rc == 2 and len(lines) == 1 and f"{bad}: not a gpuprobe profile" in lines[0], lines
