@@ -196,3 +196,12 @@ def test_fleet_checks_its_profile_before_asking_prometheus(tmp_path, capsys):
     rc, lines = cli(capsys, "fleet", "--source", "prometheus=http://127.0.0.1:1", "--profile", bad,
                     "--store", tmp_path / "s.db")
     assert rc == 2 and len(lines) == 1 and f"{bad}: not a gpuprobe profile" in lines[0], lines
+
+
+def test_plan_refuses_a_gpu_too_small_to_split():
+    # --total-sms 1 wrote "prefill 8 SMs, decode -7 SMs" into the plan's README.
+    argv = ["plan", "--recommendation", "1", "--engine", "vllm", "--out", "x", "--total-sms"]
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(argv + ["15"])
+    assert exc.value.code == 2
+    assert build_parser().parse_args(argv + ["16"]).total_sms == 16
