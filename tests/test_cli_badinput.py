@@ -1,6 +1,7 @@
 """An outside checker's bad input to the decision commands: one line naming the file, field or
 flag, exit 2, no traceback, and nothing the user or the store already had is touched."""
 import json
+import time
 
 import pytest
 
@@ -205,3 +206,56 @@ def test_plan_refuses_a_gpu_too_small_to_split():
         build_parser().parse_args(argv + ["15"])
     assert exc.value.code == 2
     assert build_parser().parse_args(argv + ["16"]).total_sms == 16
+
+
+@pytest.fixture()
+def json_api():
+    """A real HTTP server answering fixed JSON on /api/v1/*: what a --source URL may point at.
+    Set `answers[path] = body` before the call."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers: dict = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server API
+            body = json.dumps(answers.get(self.path.split("?")[0], {})).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", answers
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_a_json_api_that_is_not_prometheus_is_named(tmp_path, capsys, json_api):
+    # Its answer went on into the callers and came out as internal TypeErrors.
+    url, answers = json_api
+    answers["/api/v1/query_range"] = {"status": "success", "data": "not a result"}
+    answers["/api/v1/query"] = {"status": "success", "data": {"resultType": "vector", "result": "x"}}
+    for argv in (["analyze"], ["fleet"], ["forecast", "--no-store"]):
+        rc, lines = cli(capsys, *argv, "--source", f"prometheus={url}", "--store", tmp_path / "s.db")
+        assert rc == 1 and len(lines) == 1, (argv, lines)
+        assert "answered JSON that is not a Prometheus result" in lines[0] and url in lines[0]
+
+
+def test_analyze_shows_an_idle_window(tmp_path, capsys, json_api):
+    # No token moved in the window: the prefill share is unknown, and printing it raised.
+    url, answers = json_api
+    now = time.time()
+    zeros = [[now - 600 + 15 * i, "0"] for i in range(40)]
+    answers["/api/v1/query_range"] = {"status": "success", "data": {
+        "resultType": "matrix", "result": [{"metric": {}, "values": zeros}]}}
+    rc = main(["analyze", "--source", f"prometheus={url}", "--since", "10m",
+               "--store", str(tmp_path / "s.db")])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "requests finished 0 over" in out.out and "prefill share n/a" in out.out
