@@ -8,8 +8,11 @@ from gpuprobe.errors import UserError
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
-def parse_duration(text: str, what: str = "duration") -> float:
-    """'250ms', '10s', '5m', '2h', '7d' or a bare number of seconds -> seconds."""
+def parse_duration(text: str, what: str = "duration", positive: bool = False) -> float:
+    """'250ms', '10s', '5m', '2h', '7d' or a bare number of seconds -> seconds.
+
+    positive: 0 is refused too, for a length that 0 would silently turn into a default or
+    into nothing at all (autopilot's --for 0 ran forever)."""
     raw = str(text).strip().lower()
     number, scale = raw, 1.0
     for suffix in sorted(_SECONDS, key=len, reverse=True):
@@ -24,4 +27,6 @@ def parse_duration(text: str, what: str = "duration") -> float:
         raise UserError(f"{what}: {text!r} is not a finite duration")
     if value < 0:
         raise UserError(f"{what}: {text!r} must not be negative")
+    if positive and value == 0:
+        raise UserError(f"{what}: {text!r} must be more than 0")
     return value

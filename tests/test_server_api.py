@@ -125,6 +125,17 @@ def test_bad_input_is_400_naming_the_field(server, path, body, field):
     assert err["param"] == field and field in err["message"], err
 
 
+def test_a_misspelt_layout_field_is_400_and_switches_nothing(server):
+    # 'prefil_share' was ignored and the server switched to intra at the default share.
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    before = requests.get(server.url + "/admin/layout", headers=auth, timeout=10).json()
+    r = requests.post(server.url + "/admin/layout", headers=auth, timeout=60,
+                      json={"layout": "intra", "prefil_share": 0.3})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prefil_share", r.text
+    after = requests.get(server.url + "/admin/layout", headers=auth, timeout=10).json()
+    assert after["layout"] == before["layout"] and after["history"] == before["history"]
+
+
 def test_admin_needs_the_token_and_never_logs_it(server):
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
         for method, path in (("GET", "/admin/layout"), ("POST", "/admin/layout"),

@@ -39,6 +39,11 @@ fraction = _checked(float, "a number", lambda v: 0 < v < 1,  # a share of a devi
 port = _checked(int, "a port number", lambda v: 0 <= v <= 65535, "must be 0-65535")
 
 
+def int_at_least(least: int, why: str):
+    """A checker for an integer of at least `least`, the refusal saying why."""
+    return _checked(int, "an integer", lambda v: v >= least, f"must be at least {least} ({why})")
+
+
 def regex(text: str) -> str:
     try:
         re.compile(text)

@@ -19,7 +19,13 @@ PROG = "gpuprobe"
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line on stderr and exit 2."""
+    """argparse, but a bad flag is one line on stderr and exit 2, and flags are never
+    abbreviated: `validate --profile p.json` must not be read as --profile-out and overwrite
+    the user's profile (simulate and recommend take --profile as an input)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse API
         sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")

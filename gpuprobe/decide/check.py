@@ -25,7 +25,7 @@ def check_recommendation(store, rec_id: int) -> dict:
     from gpuprobe.perf.metrics import Slo
     from gpuprobe.validate.verdict import measured_summary
 
-    rec = load_recommendation(store, rec_id)
+    rec = load_recommendation(store, rec_id, "--check")
     if rec.get("applied_s") is None:
         raise UserError(f"recommendation {rec_id} has not been applied: run gpuprobe apply "
                         f"--recommendation {rec_id} --target URL first")

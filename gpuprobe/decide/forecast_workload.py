@@ -17,6 +17,39 @@ import pandas as pd
 from gpuprobe.errors import UserError
 
 RATE_BOUND = "hi80"
+NEEDED = ("requests_per_s", "prefill_tokens_per_s", "decode_tokens_per_s")
+MAX_REQUESTS = 10_000_000  # more would not fit in memory, let alone be simulated
+
+
+def check_forecast(forecast) -> None:
+    """UserError naming the first field a forecast (as `gpuprobe forecast --json` prints it,
+    perhaps hand-edited) lacks: the three series, each with equally long lists of finite
+    t_s, mean and hi80, and a bucket_s above 0 when given."""
+    if not isinstance(forecast, dict):
+        raise UserError("expected a JSON object with 'series', as `gpuprobe forecast --json` "
+                        "prints it")
+    series = forecast.get("series")
+    if not isinstance(series, dict) or not all(k in series for k in NEEDED):
+        raise UserError(f"series: needs {', '.join(NEEDED)}")
+    length = None
+    for key in NEEDED:
+        if not isinstance(series[key], dict):
+            raise UserError(f"series.{key}: expected an object with t_s, mean and {RATE_BOUND}")
+        for col in ("t_s", "mean", RATE_BOUND):
+            v = series[key].get(col)
+            if not isinstance(v, list) or not v or not all(_finite(x) for x in v):
+                raise UserError(f"series.{key}.{col}: expected a list of finite numbers")
+            if length is not None and len(v) != length:
+                raise UserError(f"series.{key}.{col}: {len(v)} values where the others have "
+                                f"{length}")
+            length = len(v)
+    b = forecast.get("bucket_s")
+    if b is not None and not (_finite(b) and b > 0):
+        raise UserError(f"bucket_s: expected a number above 0, got {b!r}")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
 
 
 def workload_from_forecast(workload_df: pd.DataFrame, forecast: dict, seed: int = 0,
@@ -26,11 +59,8 @@ def workload_from_forecast(workload_df: pd.DataFrame, forecast: dict, seed: int 
     Arrivals keep the recent workload's gaps (rescaled), so bursts stay bursts. Horizons too
     short for min_requests requests are repeated until they hold that many (the rate and mix
     unchanged), so a goodput search has requests enough to judge attainment."""
-    series = forecast.get("series") or {}
-    for key in ("requests_per_s", "prefill_tokens_per_s", "decode_tokens_per_s"):
-        if key not in series:
-            raise UserError(f"forecast lacks the {key} series; needs requests_per_s, "
-                            "prefill_tokens_per_s and decode_tokens_per_s")
+    check_forecast(forecast)
+    series = forecast["series"]
     if workload_df.empty:
         raise UserError("workload is empty: nothing to resample the forecast's requests from")
     bucket_s = float(forecast.get("bucket_s") or _step(series["requests_per_s"]["t_s"]))
@@ -45,6 +75,9 @@ def workload_from_forecast(workload_df: pd.DataFrame, forecast: dict, seed: int 
     counts = np.round(rps * bucket_s).astype(int)
     if counts.sum() == 0:
         raise UserError("the forecast expects no requests in its horizon")
+    if counts.sum() > MAX_REQUESTS:
+        raise UserError(f"the forecast expects {counts.sum():,} requests in its horizon, more "
+                        f"than the {MAX_REQUESTS:,} a search can weigh: use a shorter --horizon")
     reps = max(1, int(np.ceil(min_requests / counts.sum())))
     parts, t0 = [], 0.0
     for _ in range(reps):

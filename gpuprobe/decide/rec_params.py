@@ -31,11 +31,11 @@ class Target:
     model: str | None = None  # the profile's model, when the recommendation names it
 
 
-def load_recommendation(store, rec_id: int) -> dict:
-    """The stored record, or UserError (exit 2) naming the id that is not there."""
+def load_recommendation(store, rec_id: int, flag: str = "--recommendation") -> dict:
+    """The stored record, or UserError (exit 2) naming the flag and the id that is not there."""
     rec = store.recommendation(int(rec_id))
     if rec is None:
-        raise UserError(f"--recommendation {rec_id}: no such recommendation in this store "
+        raise UserError(f"{flag} {rec_id}: no such recommendation in this store "
                         f"(gpuprobe recommend stores one and prints its id)")
     return rec
 

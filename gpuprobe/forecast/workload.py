@@ -9,7 +9,7 @@ import pandas as pd
 
 from gpuprobe.errors import UserError
 from gpuprobe.forecast.choose import forecast_series
-from gpuprobe.forecast.series import bucket_series, full_name, model_values, origin
+from gpuprobe.forecast.series import MAX_BUCKETS, bucket_series, full_name, model_values, origin
 
 DEFAULT_SERIES = ("prefill", "decode", "requests")
 SHARE = "prefill_token_share"
@@ -35,6 +35,9 @@ def forecast_frame(frame: pd.DataFrame, bucket_s: float, horizon_s: float, as_of
     """The same from an already bucketed frame (one row per bucket up to as_of_s; series.py's
     columns): the live source comes in this way."""
     horizon = max(1, math.ceil(horizon_s / bucket_s - 1e-9))
+    if horizon > MAX_BUCKETS:  # 100 days at 1 s ran for hours, printing and storing each bucket
+        raise UserError(f"--horizon: {horizon_s:g} s is {horizon:,} buckets of {bucket_s:g} s, more "
+                        f"than {MAX_BUCKETS:,}; use a larger --bucket or a shorter --horizon")
     if horizon * bucket_s != horizon_s:
         notes.append(f"horizon {horizon_s:g} s is not a whole number of {bucket_s:g} s buckets: "
                      f"forecasting {horizon} bucket(s)")

@@ -307,6 +307,9 @@ class Profile:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
+        from gpuprobe.perf.profile_shape import check_profile_dict
+
+        check_profile_dict(d, (PREFILL_TERMS, BATCHED_PREFILL_TERMS), DECODE_TERMS)
         return cls(workers={k: StepCost.from_dict(w) for k, w in d["workers"].items()},
                    links={k: Link.from_dict(v) for k, v in d.get("links", {}).items()}
                    or kv_link_defaults(),

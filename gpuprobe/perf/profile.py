@@ -144,6 +144,12 @@ def load_profile(path: str) -> Profile:
             return Profile.from_dict(json.load(fh))
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    except (ValueError, KeyError, TypeError) as exc:
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a gpuprobe profile (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not a gpuprobe profile (not JSON: {exc})") from None
+    except ValueError as exc:  # the shape check names the field (profile_shape)
+        raise UserError(f"{path}: not a gpuprobe profile: {exc}") from None
+    except (KeyError, TypeError, AttributeError) as exc:
         raise UserError(f"{path}: not a gpuprobe profile ({type(exc).__name__}: {exc})") from None
 

@@ -63,6 +63,11 @@ def _recommendation(store, workload: str, rec_id: int | None) -> dict | None:
         rec = store.recommendation(rec_id)
         if rec is None:
             raise UserError(f"--recommendation {rec_id}: no such recommendation in {store.path}")
+        made_for = rec.get("workload")
+        if made_for and made_for != workload:  # else one workload's figures beside another's decision
+            raise UserError(f"--recommendation {rec_id} was made for workload {made_for!r}, not "
+                            f"{workload!r}: give --workload {made_for}, or leave --recommendation "
+                            f"out for the latest of {workload!r}")
         return rec
     recs = store.recommendations(workload)
     return store.recommendation(int(recs["pk"].iloc[-1])) if len(recs) else None

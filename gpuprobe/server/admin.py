@@ -24,13 +24,23 @@ def load_token(token_file: str | None) -> tuple[str | None, str]:
             token = path.read_text().strip()
         except OSError as exc:
             raise UserError(f"--admin-token-file {path}: cannot read ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise UserError(f"--admin-token-file {path}: not a text file") from None
         if not token:
             raise UserError(f"--admin-token-file {path}: file is empty")
-        return token, f"file {path}"
+        return _header_safe(token, f"--admin-token-file {path}"), f"file {path}"
     token = os.environ.get(ENV_VAR, "").strip()
     if token:
-        return token, f"${ENV_VAR}"
+        return _header_safe(token, f"${ENV_VAR}"), f"${ENV_VAR}"
     return None, "none (admin endpoints disabled)"
+
+
+def _header_safe(token: str, where: str) -> str:
+    """The token travels in an HTTP header: a second line or a non-ASCII character would fail
+    there, reported as the server's fault ("answered something that is not JSON")."""
+    if not (token.isascii() and token.isprintable()):
+        raise UserError(f"{where}: the token must be one line of printable ASCII characters")
+    return token
 
 
 def check(token: str | None, authorization: str | None) -> tuple[int, str] | None:

@@ -163,9 +163,17 @@ def _who(body: dict) -> tuple[str, str]:
     return actor, reason
 
 
+LAYOUT_FIELDS = ("layout", "prefill_share", "chunked_prefill_tokens", "actor", "reason")
+
+
 def _layout_config(body, active) -> LayoutConfig:
     if not isinstance(body, dict) or not isinstance(body.get("layout"), str):
         raise oa.ApiError("'layout' must be one of monolithic, intra, cross", "layout")
+    # A misspelt field ('prefil_share') was ignored and the switch went ahead at the default.
+    unknown = [k for k in body if k not in LAYOUT_FIELDS]
+    if unknown:
+        raise oa.ApiError(f"unknown field {unknown[0]!r}; the fields are {', '.join(LAYOUT_FIELDS)}",
+                          unknown[0])
     share = body.get("prefill_share", active.cfg.prefill_share if active else 0.5)
     if isinstance(share, bool) or not isinstance(share, (int, float)):
         raise oa.ApiError("'prefill_share' must be a number in (0, 1)", "prefill_share")

@@ -11,6 +11,7 @@ kept in `api.warnings` for the caller to show.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import socket
@@ -63,9 +64,10 @@ class PromApi:
         """An instant vector: [(labels, value), ...]."""
         params = [("query", expr)] + ([("time", f"{at_s:.3f}")] if at_s is not None else [])
         data = self._get("/api/v1/query", params)
-        if data.get("resultType") == "scalar":
-            return [({}, float(data["result"][1]))]
-        return [(r["metric"], float(r["value"][1])) for r in data.get("result", [])]
+        with self._shape("/api/v1/query"):
+            if data.get("resultType") == "scalar":
+                return [({}, float(data["result"][1]))]
+            return [(dict(r["metric"]), float(r["value"][1])) for r in data.get("result", [])]
 
     def query_range(self, expr: str, start_s: float, end_s: float,
                     step_s: float) -> list[tuple[dict, np.ndarray, np.ndarray]]:
@@ -75,17 +77,31 @@ class PromApi:
         data = self._get("/api/v1/query_range", [("query", expr), ("start", f"{start_s:.3f}"),
                                                   ("end", f"{end_s:.3f}"), ("step", f"{step_s:.3f}")])
         out = []
-        for r in data.get("result", []):
-            pts = np.asarray(r.get("values", []), dtype=object).reshape(-1, 2)
-            ts = pts[:, 0].astype(float)
-            vals = np.array([_number(v) for v in pts[:, 1]], dtype=float)
-            out.append((r["metric"], ts, vals))
+        with self._shape("/api/v1/query_range"):
+            for r in data.get("result", []):
+                pts = np.asarray(r.get("values", []), dtype=object).reshape(-1, 2)
+                ts = pts[:, 0].astype(float)
+                vals = np.array([_number(v) for v in pts[:, 1]], dtype=float)
+                out.append((dict(r["metric"]), ts, vals))
         return out
 
     def series(self, match: str, start_s: float, end_s: float) -> list[dict]:
         """Label sets of the series matching `match` in [start_s, end_s]."""
-        return list(self._get("/api/v1/series", [("match[]", match), ("start", f"{start_s:.3f}"),
-                                                 ("end", f"{end_s:.3f}")]) or [])
+        data = self._get("/api/v1/series", [("match[]", match), ("start", f"{start_s:.3f}"),
+                                            ("end", f"{end_s:.3f}")]) or []
+        with self._shape("/api/v1/series"):
+            return [dict(r) for r in data]
+
+    @contextlib.contextmanager
+    def _shape(self, path: str):
+        """An answer in JSON but not in Prometheus's shape (a wrong URL that serves some other
+        JSON API) is a SourceError naming it, not an internal TypeError further on."""
+        try:
+            yield
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+            raise SourceError(f"prometheus {self.url}: {path} answered JSON that is not a "
+                              f"Prometheus result ({type(exc).__name__}: {exc}; is this a "
+                              f"Prometheus API?)") from None
 
 
 def duration(seconds: float) -> str:

@@ -28,7 +28,7 @@ def run(args) -> int:
     bucket_s = parse_duration(args.bucket, "--bucket")
     if bucket_s <= 0:
         raise UserError("--bucket: must be more than 0s")
-    tbt_s = parse_duration(args.decode_tbt, "--decode-tbt")
+    tbt_s = parse_duration(args.decode_tbt, "--decode-tbt", positive=True)  # 0: no decodes in flight
     if args.source:
         if args.workload:
             raise UserError("--workload and --source: give one (Prometheus has rates, not requests)")
@@ -46,8 +46,10 @@ def run(args) -> int:
     s = mix.summary
     ratio = f"{s['prompt_output_ratio']:.1f} : 1" if s["prompt_output_ratio"] else "n/a"
     counted = " finished" if s.get("requests_counted") == "finished" else ""
+    # None when no token moved (an idle fleet's window): shown as n/a, not a TypeError
+    share = "n/a" if s["prefill_token_share"] is None else f"{s['prefill_token_share']:.3f}"
     print(f"requests{counted} {s['requests']:,} over {s['span_s']:,.0f} s; prompt:output tokens {ratio}; "
-          f"prefill share {s['prefill_token_share']:.3f}")
+          f"prefill share {share}")
     print(f"concurrent decodes (Little's law, TBT {s['decode_tbt_s_assumed'] * 1000:.0f} ms assumed): "
           f"mean {s['concurrent_decodes_est_mean']:.1f}, max {s['concurrent_decodes_est_max']:.1f}")
     if s["prefix_block_reuse"] is not None:

@@ -55,15 +55,15 @@ def run(args) -> int:
         raise UserError("--target: required (the server whose layout to drive)")
     if not args.profile:
         raise UserError("--profile: required (gpuprobe profile --spec GPU or --target URL makes one)")
-    interval = parse_duration(args.interval, "--interval")
-    if interval <= 0:
-        raise UserError("--interval: must be more than 0s")
+    interval = parse_duration(args.interval, "--interval", positive=True)
     cfg = AutopilotConfig(
-        args.target, interval, parse_duration(args.window, "--window") if args.window else None,
+        args.target, interval,
+        parse_duration(args.window, "--window", positive=True) if args.window is not None else None,
         args.dry_run, PolicyConfig(parse_duration(args.min_dwell, "--min-dwell"), args.min_gain,
                                    parse_duration(args.cooldown, "--cooldown")),
-        args.candidates, args.devices, not args.no_forecast, parse_duration(args.history, "--history"))
-    run_for = parse_duration(args.run_for, "--for") if args.run_for else None
+        args.candidates, args.devices, not args.no_forecast,
+        parse_duration(args.history, "--history", positive=True))
+    run_for = parse_duration(args.run_for, "--for", positive=True) if args.run_for is not None else None
     slo, profile = parse_slo(args.slo), load_profile(args.profile)
     token, _ = load_token(args.admin_token_file)
     stop = threading.Event()

@@ -31,6 +31,7 @@ def run(args) -> int:
 
     if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", args.by):
         raise UserError(f"--by: {args.by!r} is not a Prometheus label name")
+    chosen = _profile_and_slo(args) if args.profile else None  # a bad file fails before the queries
     src = open_source(args.source)
     start, end = time_range(args.since, args.until)
     hosts = fleet_hosts(src, start, end, by=args.by)
@@ -38,7 +39,7 @@ def run(args) -> int:
         raise UserError(f"--source {src}: no gpuprobe agent series between --since and --until "
                         f"(is it scraping agents on :9400? see docs/fleet.md)")
     groups = fleet_groups(hosts)
-    recs = _recommend(args, src, start, end, hosts) if args.profile else {}
+    recs = _recommend(args, src, start, end, hosts, *chosen) if chosen else {}
     if args.json:
         rows = _records(groups)
         for r in rows:
@@ -64,14 +65,18 @@ def run(args) -> int:
     return 0
 
 
-def _recommend(args, src, start: float, end: float, hosts) -> dict:
-    import sys
-
+def _profile_and_slo(args) -> tuple:
     from gpuprobe.decide.slo import parse_slo
     from gpuprobe.perf.profile import load_profile
+
+    return load_profile(args.profile), parse_slo(args.slo)
+
+
+def _recommend(args, src, start: float, end: float, hosts, profile, slo) -> dict:
+    import sys
+
     from gpuprobe.sources.fleet_decide import group_recommendations
 
-    profile, slo = load_profile(args.profile), parse_slo(args.slo)
     say = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     return group_recommendations(src, start, end, hosts, args.by, profile, slo, progress=say)
 

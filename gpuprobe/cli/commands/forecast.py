@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 NAME = "forecast"
@@ -26,6 +27,16 @@ def add_arguments(p) -> None:
     p.add_argument("--no-store", action="store_true", help="do not write the forecast to the store")
 
 
+def _check_as_of(as_of: float | None, last_s: float, bucket_s: float, text: str) -> None:
+    """A workload's time after its last request is the end of the trace, not a lull: an origin
+    past the bucket holding it forecast zeros from the silence (and stored them)."""
+    from gpuprobe.errors import UserError
+    end = (math.floor(last_s / bucket_s) + 1) * bucket_s
+    if as_of is not None and as_of > end:
+        raise UserError(f"--as-of: {text!r} is past the workload's end ({end:g} s, the end of "
+                        f"the bucket of its last request); give at most {end:g}s")
+
+
 def run(args) -> int:
     from gpuprobe.errors import UserError
     from gpuprobe.forecast import forecast_workload, store_forecast
@@ -36,6 +47,9 @@ def run(args) -> int:
     horizon_s = parse_duration(args.horizon, "--horizon")
     as_of = parse_duration(args.as_of, "--as-of") if args.as_of is not None else None
     series = [s.strip() for s in args.series.split(",") if s.strip()]
+    if not series:  # an empty list forecast nothing and stored an empty forecast, exit 0
+        raise UserError(f"--series: {args.series!r} names no series; give some of prefill, decode, "
+                        "requests, prompt_length, output_length, share")
     say = lambda m: print(f"forecast: {m}", file=sys.stderr, flush=True)  # noqa: E731
     if sum(map(bool, (args.workload, args.live, args.source))) != 1:
         raise UserError("give one of --workload NAME, --live or --source prometheus=URL")
@@ -43,6 +57,7 @@ def run(args) -> int:
         df = read_workload(args.store, args.workload)
         if df.empty:
             raise UserError(f"workload {args.workload!r} has no requests")
+        _check_as_of(as_of, float(df["arrival_s"].max()), bucket_s, args.as_of)
         result = forecast_workload(df, bucket_s, horizon_s, as_of, series, progress=say)
         name = args.workload
     elif args.live:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import shlex
 
-from gpuprobe.cli.argtypes import http_url, positive_int
+from gpuprobe.cli.argtypes import http_url, int_at_least, positive_int
+from gpuprobe.server.green_partition import SM_GRANULARITY
 
 NAME = "plan"
 HELP = ("write the commands and files that run a stored recommendation on vLLM, SGLang, "
@@ -21,7 +22,11 @@ def add_arguments(p) -> None:
     p.add_argument("--target", type=http_url, default="http://127.0.0.1:8000", metavar="URL",
                    help="reference server the gpuprobe plan switches "
                         "(default http://127.0.0.1:8000)")
-    p.add_argument("--total-sms", type=positive_int, default=132, metavar="N",
+    # Green contexts split SMs in groups of 8 and each side keeps one: fewer than two groups
+    # wrote a split with negative decode SMs.
+    p.add_argument("--total-sms", type=int_at_least(2 * SM_GRANULARITY, f"a group of "
+                                                    f"{SM_GRANULARITY} SMs for each side"),
+                   default=132, metavar="N",
                    help="SMs of the GPU, for an intra split's green-context counts (default 132: "
                         "H100 SXM, H200)")
 

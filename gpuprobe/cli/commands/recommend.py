@@ -62,7 +62,10 @@ def run(args) -> int:
     from gpuprobe.errors import UserError
     if args.check is not None:
         return run_check(args)
-    if not args.profile or bool(args.workload) == bool(args.source):
+    if args.workload and args.source:  # "needs one of" read as if neither had been given
+        raise UserError("--workload and --source: give one (the workload's requests, or the "
+                        "rates a Prometheus holds)")
+    if not args.profile or not (args.workload or args.source):
         raise UserError("recommend needs --profile and one of --workload or --source (or --check ID)")
     from gpuprobe.cli.commands.validate import load_named_workload
     from gpuprobe.decide.recommend import base_rate, prepare, recommend, scale_workload
@@ -131,11 +134,14 @@ def _source_workload(args):
 def _forecast(args, wl) -> dict:
     from gpuprobe.errors import UserError
     if args.forecast_file:
+        from gpuprobe.decide.forecast_workload import check_forecast
         try:
             with open(args.forecast_file) as f:
-                return json.load(f)
-        except (OSError, ValueError) as e:
+                forecast = json.load(f)
+            check_forecast(forecast)
+        except (OSError, ValueError, UserError) as e:
             raise UserError(f"--forecast-file {args.forecast_file}: {e}") from None
+        return forecast
     if importlib.util.find_spec("gpuprobe.forecast") is None:
         raise UserError("--forecast: this build has no forecaster (gpuprobe.forecast); "
                         "pass --forecast-file from `gpuprobe forecast --json`")
