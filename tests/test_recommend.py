@@ -187,3 +187,30 @@ def test_simulate_picks_by_the_ranking_rule(capsys, tmp_path):
         assert s["max_goodput_rps_per_device"] > s["offered_goodput_rps_per_device"]
     assert res["best"] in res["layouts"]
     assert res["slo"]["name"] == "chat"
+
+
+def test_profile_model_checked_against_a_recorded_workload_only(tmp_path):
+    # A recorded trace's model column is what gpuprobe's server served: a profile of another
+    # model is refused. BurstGPT's column names the service the traffic went to (ChatGPT),
+    # not the user's model, so any profile may be asked about it.
+    from gpuprobe.decide.recommend import check_model
+    from gpuprobe.errors import UserError
+    from gpuprobe.perf.roofline import roofline_profile
+    from gpuprobe.store import Store
+    from gpuprobe.workloads.pipeline import import_trace
+
+    rec = tmp_path / "served.csv"
+    rec.write_text("arrival_s,prompt_tokens,output_tokens,model\n0,10,5,tiny\n1,12,6,tiny\n")
+    burst = tmp_path / "burst.csv"
+    burst.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "0,ChatGPT,100,20,120,Conversation log\n3,GPT-4,200,30,230,API log\n")
+    profile = roofline_profile("llama3-8b", "h200")
+    with Store.open(tmp_path / "s.db") as store:
+        import_trace(store, rec, "served")
+        import_trace(store, burst, "burst")
+        served, public = store.workload("served"), store.workload("burst")
+    assert served.attrs["gpuprobe_format"] == "recorded"
+    with pytest.raises(UserError, match="served by tiny"):
+        check_model(profile, served)
+    assert set(public["model"]) == {"ChatGPT", "GPT-4"}
+    check_model(profile, public)  # not refused

@@ -121,9 +121,11 @@ def scale_workload(wl: pd.DataFrame, rate_scale: float = 1.0, prompt_scale: floa
 
 def check_model(profile: Profile, wl: pd.DataFrame) -> None:
     """Refuses a profile measured on another model than the workload's server ran, where both
-    are known (the profile's meta['model'], the workload's `model` column)."""
+    are known (the profile's meta['model'], the `model` column of a recorded workload: what
+    gpuprobe's server or tap served). An imported public trace's column names someone else's
+    service (BurstGPT's ChatGPT, GPT-4): its traffic is what the user's model is asked to serve."""
     pm = profile.meta.get("model")
-    if not pm or "model" not in wl.columns:
+    if not pm or "model" not in wl.columns or wl.attrs.get("gpuprobe_format") != "recorded":
         return
     models = {str(m) for m in wl["model"].dropna().unique() if str(m)}
     norm = {_norm(m) for m in models}

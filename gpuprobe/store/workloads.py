@@ -163,17 +163,21 @@ class WorkloadTables:
     def workload(self, name: str, limit: int | None = None) -> pd.DataFrame:
         """The requests of a workload ordered by arrival. Columns: idx, arrival_s (seconds from
         the first request), prompt_tokens, output_tokens, model, log_type, session_id, hash_ids
-        (JSON list or None)."""
-        wid = self.workload_id(name)
-        if wid is None:
+        (JSON list or None). attrs["gpuprobe_format"]: the format it was imported from."""
+        row = self._conn.execute("SELECT id, format FROM workloads WHERE name = ?",
+                                 (name,)).fetchone()
+        if row is None:
             raise UserError(f"no workload named {name!r} in the store")
+        wid = row[0]
         sql = ("SELECT idx, " + ", ".join(WORKLOAD_REQUEST_COLUMNS) +
                " FROM workload_requests WHERE workload_id = ? ORDER BY idx")
         args: list = [wid]
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))
-        return self._read(sql, args)
+        df = self._read(sql, args)
+        df.attrs["gpuprobe_format"] = row[1]
+        return df
 
     def delete_workload(self, name: str) -> bool:
         wid = self.workload_id(name)
