@@ -214,3 +214,17 @@ def test_profile_model_checked_against_a_recorded_workload_only(tmp_path):
         check_model(profile, served)
     assert set(public["model"]) == {"ChatGPT", "GPT-4"}
     check_model(profile, public)  # not refused
+
+
+def test_one_request_is_refused_not_ranked():
+    # A single request has no rate to search: it read "0% of requests met" with its TTFT and
+    # TBT under target.
+    import pandas as pd
+
+    from gpuprobe.decide.recommend import recommend
+    from gpuprobe.decide.slo import parse_slo
+    from gpuprobe.errors import UserError
+    from gpuprobe.perf.roofline import roofline_profile
+    one = pd.DataFrame({"arrival_s": [0.0], "prompt_tokens": [100], "output_tokens": [10]})
+    with pytest.raises(UserError, match="at least 2"):
+        recommend(one, roofline_profile("llama3-8b", "h200"), parse_slo("chat"))

@@ -123,33 +123,38 @@ def validate_reason(store, profile: Profile) -> dict | None:
     last = v.iloc[-1]
     body = last.get("body")
     body = json.loads(body) if isinstance(body, str) else (body or {})
-    errs = _errors(body)
-    worst = max(errs.items(), key=lambda kv: abs(kv[1])) if errs else None
+    medians, worst = _p50_errors(body)
     text = (f"last validate ({last.get('workload')}, {last.get('device') or 'cpu'}): measured best "
             f"{last.get('best_measured')}, predicted best {last.get('best_predicted')}")
+    if medians:
+        bar = body.get("bar")
+        text += "; median p50 error " + ", ".join(f"{k} {v:.0%}" for k, v in medians.items())
+        text += f" (bar {bar:.0%})" if _finite(bar) else ""
     if worst:
-        text += f"; largest error {worst[0]} {worst[1]:+.0%}"
+        text += f"; largest {worst[0]} {worst[1]:+.0%}"
     return {"text": text, "evidence": {"validation_created_s": float(last.get("created_s") or 0),
                                        "best_measured": last.get("best_measured"),
                                        "best_predicted": last.get("best_predicted"),
                                        "bar_met": last.get("bar_met"),
+                                       "median_p50_error": medians,
                                        "largest_error": list(worst) if worst else None}}
 
 
-def _errors(body, prefix: str = "") -> dict:
-    """Relative errors anywhere in a validate body: keys ending in 'rel_error' or 'error'."""
-    out: dict = {}
-    if isinstance(body, dict):
-        for k, x in body.items():
-            key = f"{prefix}{k}"
-            if isinstance(x, (int, float)) and not isinstance(x, bool) and "err" in str(k) and x == x:
-                out[key] = float(x)
-            elif isinstance(x, (dict, list)):
-                out.update(_errors(x, key + "."))
-    elif isinstance(body, list):
-        for i, x in enumerate(body[:50]):
-            out.update(_errors(x, f"{prefix}{i}."))
-    return out
+def _p50_errors(body: dict) -> tuple[dict, tuple[str, float] | None]:
+    """From a validate body: each layout's median p50 error (summary) and the largest p50
+    error of a row, as ('layout metric', relative error). The p50s are what the bar judges."""
+    summary = body.get("summary") if isinstance(body.get("summary"), dict) else {}
+    medians = {k: float(v["median_abs_rel_error_p50"]) for k, v in summary.items()
+               if isinstance(v, dict) and _finite(v.get("median_abs_rel_error_p50"))}
+    rows = [r for r in body.get("rows") or [] if isinstance(r, dict)
+            and _finite(r.get("rel_error")) and "p50" in str(r.get("metric"))]
+    worst = max(rows, key=lambda r: abs(r["rel_error"]), default=None)
+    return medians, (f"{worst.get('layout')} {worst['metric']}", float(worst["rel_error"])) \
+        if worst else None
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _mean(v: np.ndarray) -> float:

@@ -42,6 +42,9 @@ def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: in
     no candidate meets the SLO at any rate (naming the closest and by how much)."""
     t0 = time.perf_counter()
     wl = prepare(workload_df)
+    if len(wl) < 2:  # one request has no rate to search: every "rate" would read 0% met
+        raise UserError("the workload has 1 request: recommend needs at least 2 to search the "
+                        "rate each layout sustains (raise --limit)")
     if devices < 1:
         raise UserError(f"--devices must be at least 1, got {devices}")
     check_model(profile, wl)
