@@ -1,4 +1,4 @@
-"""Parsing of user-given quantities: durations ("10s", "5m", "7d") and lists."""
+"""Parsing of user-given quantities: durations ("10s", "5m", "7d"), lists, JSON numbers."""
 from __future__ import annotations
 
 import math
@@ -30,3 +30,9 @@ def parse_duration(text: str, what: str = "duration", positive: bool = False) ->
     if positive and value == 0:
         raise UserError(f"{what}: {text!r} must be more than 0")
     return value
+
+
+def finite_number(v) -> bool:
+    """A finite JSON number: not a string ("1.5" in a hand-edited file is a mistake too), not a
+    bool, not NaN or infinity."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

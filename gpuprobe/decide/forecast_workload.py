@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import UserError
+from gpuprobe.units import finite_number
 
 RATE_BOUND = "hi80"
 NEEDED = ("requests_per_s", "prefill_tokens_per_s", "decode_tokens_per_s")
@@ -37,19 +38,15 @@ def check_forecast(forecast) -> None:
             raise UserError(f"series.{key}: expected an object with t_s, mean and {RATE_BOUND}")
         for col in ("t_s", "mean", RATE_BOUND):
             v = series[key].get(col)
-            if not isinstance(v, list) or not v or not all(_finite(x) for x in v):
+            if not isinstance(v, list) or not v or not all(finite_number(x) for x in v):
                 raise UserError(f"series.{key}.{col}: expected a list of finite numbers")
             if length is not None and len(v) != length:
                 raise UserError(f"series.{key}.{col}: {len(v)} values where the others have "
                                 f"{length}")
             length = len(v)
     b = forecast.get("bucket_s")
-    if b is not None and not (_finite(b) and b > 0):
+    if b is not None and not (finite_number(b) and b > 0):
         raise UserError(f"bucket_s: expected a number above 0, got {b!r}")
-
-
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
 
 
 def workload_from_forecast(workload_df: pd.DataFrame, forecast: dict, seed: int = 0,

@@ -15,6 +15,7 @@ import pandas as pd
 
 from gpuprobe.perf.costmodel import Profile
 from gpuprobe.perf.metrics import Slo
+from gpuprobe.units import finite_number
 
 COUNTERS = ("sm_util_pct", "dram_bw_util_pct", "tensor_util_pct")
 MIX_BUCKET_S = 60.0
@@ -129,7 +130,7 @@ def validate_reason(store, profile: Profile) -> dict | None:
     if medians:
         bar = body.get("bar")
         text += "; median p50 error " + ", ".join(f"{k} {v:.0%}" for k, v in medians.items())
-        text += f" (bar {bar:.0%})" if _finite(bar) else ""
+        text += f" (bar {bar:.0%})" if finite_number(bar) else ""
     if worst:
         text += f"; largest {worst[0]} {worst[1]:+.0%}"
     return {"text": text, "evidence": {"validation_created_s": float(last.get("created_s") or 0),
@@ -145,16 +146,12 @@ def _p50_errors(body: dict) -> tuple[dict, tuple[str, float] | None]:
     error of a row, as ('layout metric', relative error). The p50s are what the bar judges."""
     summary = body.get("summary") if isinstance(body.get("summary"), dict) else {}
     medians = {k: float(v["median_abs_rel_error_p50"]) for k, v in summary.items()
-               if isinstance(v, dict) and _finite(v.get("median_abs_rel_error_p50"))}
+               if isinstance(v, dict) and finite_number(v.get("median_abs_rel_error_p50"))}
     rows = [r for r in body.get("rows") or [] if isinstance(r, dict)
-            and _finite(r.get("rel_error")) and "p50" in str(r.get("metric"))]
+            and finite_number(r.get("rel_error")) and "p50" in str(r.get("metric"))]
     worst = max(rows, key=lambda r: abs(r["rel_error"]), default=None)
     return medians, (f"{worst.get('layout')} {worst['metric']}", float(worst["rel_error"])) \
         if worst else None
-
-
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _mean(v: np.ndarray) -> float:

@@ -9,7 +9,7 @@ every figure finite.
 """
 from __future__ import annotations
 
-import math
+from gpuprobe.units import finite_number
 
 _POSITIVE = ("mixed_factor", "scale")  # multipliers: 0 would make steps free
 _FINITE = ("step_overhead_s", "import_s", "import_per_token_s", "recv_s", "recv_per_token_s",
@@ -63,7 +63,7 @@ def _curve(w: dict, name: str, allowed: tuple, where: str) -> None:
     if not isinstance(coef, list) or len(coef) != len(terms):
         raise ValueError(f"{where}.coef: expected {len(terms)} numbers (one per term), got {coef!r}")
     for i, v in enumerate(coef):
-        if not _finite(v) or float(v) < 0:
+        if not finite_number(v) or float(v) < 0:
             raise ValueError(f"{where}.coef[{i}]: expected a finite number >= 0 (seconds per "
                              f"unit), got {v!r}")
 
@@ -76,7 +76,7 @@ def _number(d: dict, name: str, where: str, ok=lambda v: True, rule: str = "",
             raise ValueError(f"{field}: missing")
         return
     v = d[name]
-    if not _finite(v):
+    if not finite_number(v):
         raise ValueError(f"{field}: expected a finite number, got {v!r}")
     if not ok(float(v)):
         raise ValueError(f"{field}: {rule}, got {v!r}")
@@ -85,11 +85,6 @@ def _number(d: dict, name: str, where: str, ok=lambda v: True, rule: str = "",
 def _object(v, where: str) -> None:
     if not isinstance(v, dict):
         raise ValueError(f"{where}: expected an object, got {_kind(v)}")
-
-
-def _finite(v) -> bool:
-    # JSON numbers only: a string "1.5" is a hand-edit mistake too, and bool is not a number here.
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _kind(v) -> str:
