@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe import __version__
+from gpuprobe.decide.rec_params import load_recommendation
 from gpuprobe.errors import UserError
 from gpuprobe.workloads.analyze import analyze
 from gpuprobe.workloads.loading import bundled_trace, load_workload
@@ -60,9 +61,7 @@ def gather(store, workload: str, rec_id: int | None = None,
 
 def _recommendation(store, workload: str, rec_id: int | None) -> dict | None:
     if rec_id is not None:
-        rec = store.recommendation(rec_id)
-        if rec is None:
-            raise UserError(f"--recommendation {rec_id}: no such recommendation in {store.path}")
+        rec = load_recommendation(store, rec_id)
         made_for = rec.get("workload")
         if made_for and made_for != workload:  # else one workload's figures beside another's decision
             raise UserError(f"--recommendation {rec_id} was made for workload {made_for!r}, not "

@@ -25,9 +25,7 @@ def run(args) -> int:
     from gpuprobe.workloads.analyze import analyze
     from gpuprobe.workloads.loading import read_workload
 
-    bucket_s = parse_duration(args.bucket, "--bucket")
-    if bucket_s <= 0:
-        raise UserError("--bucket: must be more than 0s")
+    bucket_s = parse_duration(args.bucket, "--bucket", positive=True)
     tbt_s = parse_duration(args.decode_tbt, "--decode-tbt", positive=True)  # 0: no decodes in flight
     if args.source:
         if args.workload:
