@@ -115,7 +115,8 @@ class ServerApp:
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response(oa.models_response(self.model.name, self.model.max_context,
-                                                    self.model.vocab_size))
+                                                    self.model.vocab_size,
+                                                    self.model.kv_bytes_per_token))
 
     async def health(self, request: web.Request) -> web.Response:
         active = self.router.active
