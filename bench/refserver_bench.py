@@ -204,7 +204,7 @@ def decode_vs_vllm(vllm_python: str, batches=(1, 16), rounds: int = 3, prompt: i
     with tempfile.TemporaryDirectory() as tmp, \
             vllm_server(vllm_python, Path(tmp) / "vllm.log") as vurl, \
             start_server("smollm2-135m", "monolithic", store=f"{tmp}/s.db", max_num_seqs=64,
-                         timeout_s=600) as ref:
+                         max_queue_wait="0", timeout_s=600) as ref:  # queue as vLLM does
         for who, url in (("vllm", vurl), ("ref", ref.url)):  # warm-up: first-call costs
             asyncio.run(_decode_gaps(url, 2, prompt, 8))
         for _ in range(rounds):
