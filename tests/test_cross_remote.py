@@ -1,6 +1,8 @@
 """Cross across processes: a front and two prefill and two decode `gpuprobe worker`s, five
 processes each started by its own command (none a child of another), each bound to its own
-loopback address (Linux routes all of 127/8 to lo). One set serves every test here, in order:
+loopback address (Linux routes all of 127/8 to lo); where the test may make a network
+namespace (root, iproute2), the second decode worker runs in one of its own, reached over a
+veth pair, as another host would be. One set serves every test here, in order:
 a live switch from monolithic to the remote 2P2D and back with exact tokens on every worker;
 the measured KV transfer (store, /metrics, profile); 1,000 hostile connections to a worker;
 a decode worker killed under load, and its return."""
@@ -11,8 +13,10 @@ import json
 import os
 import random
 import secrets
+import shutil
 import signal
 import socket
+import subprocess
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +43,7 @@ class Cluster:
     secret: bytes
     workers: dict
     logs: object
+    netns: tuple | None = None  # (name, host-side address, d2's address) when d2 runs in one
     front: object = None
     reference: dict = field(default_factory=dict)  # prompt index -> monolithic token ids
 
@@ -52,12 +57,47 @@ def _cores(name: str) -> tuple:
     return () if len(cores) < 2 else (cores[0],) if name.endswith("1") else (cores[1],)
 
 
-def _start(name: str, d, listen: str | None = None, wait: bool = True):
+def _start(name: str, d, listen: str | None = None, wait: bool = True, netns=None):
     role = "prefill" if name.startswith("p") else "decode"
     cores = _cores(name)
-    return start_worker(role, listen or f"{IPS[name]}:0", str(d / "secret"),
+    ip = netns[2] if netns else IPS[name]
+    return start_worker(role, listen or f"{ip}:0", str(d / "secret"),
                         str(d / f"{name}.log"), wait=wait, metrics_port=0,
+                        wrap=("ip", "netns", "exec", netns[0]) if netns else (),
                         cores=",".join(map(str, cores)) if cores else None)
+
+
+def _ip(*args: str) -> bool:
+    return subprocess.run(["ip", *args], capture_output=True, timeout=30).returncode == 0
+
+
+def _make_netns() -> tuple[str, str, str] | None:
+    """(namespace, host-side address, namespace-side address) of a fresh network namespace
+    joined to this one by a veth pair, or None where this process may not make one."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return None
+    name = f"gpx{os.getpid() % 100000}"
+    used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    rng = random.Random(os.getpid())
+    net = next((n for n in (f"10.213.{rng.randrange(256)}.{4 * rng.randrange(64)}"
+                            for _ in range(20)) if f" {n.rsplit('.', 1)[0]}." not in used), None)
+    if net is None:
+        return None
+    base, last = net.rsplit(".", 1)
+    host, inner = f"{base}.{int(last) + 1}", f"{base}.{int(last) + 2}"
+    steps = [("netns", "add", name), ("link", "add", f"{name}a", "type", "veth", "peer", "name",
+                                      f"{name}b"),
+             ("link", "set", f"{name}b", "netns", name),
+             ("addr", "add", f"{host}/30", "dev", f"{name}a"), ("link", "set", f"{name}a", "up"),
+             ("netns", "exec", name, "ip", "addr", "add", f"{inner}/30", "dev", f"{name}b"),
+             ("netns", "exec", name, "ip", "link", "set", f"{name}b", "up"),
+             ("netns", "exec", name, "ip", "link", "set", "lo", "up")]
+    for step in steps:
+        if not _ip(*step):
+            _ip("netns", "del", name)  # takes the veth pair with it
+            _ip("link", "del", f"{name}a")
+            return None
+    return name, host, inner
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +106,14 @@ def cluster(tmp_path_factory):
     secret = secrets.token_hex(32).encode()
     (d / "secret").write_bytes(secret)
     (d / "token").write_text(TOKEN)
-    # each imports torch: start all four, then wait (from this thread: they die with it)
-    workers = {n: _start(n, d, wait=False) for n in IPS}
-    for w in workers.values():
-        w.wait_ready()
-    c = Cluster("", str(d / "front.db"), secret, workers, d)
+    c = Cluster("", str(d / "front.db"), secret, {}, d, netns=_make_netns())
     try:
+        # each imports torch: start all four, then wait (from this thread: they die with it)
+        workers = c.workers
+        for n in IPS:
+            workers[n] = _start(n, d, wait=False, netns=c.netns if n == "d2" else None)
+        for w in workers.values():
+            w.wait_ready()
         c.front = start_server(
             "tiny", "monolithic", store=c.store, log_path=str(d / "front.log"),
             admin_token_file=str(d / "token"), link_secret_file=str(d / "secret"),
@@ -84,6 +126,8 @@ def cluster(tmp_path_factory):
             assert c.front.stop() == 0
         for w in c.workers.values():
             w.stop()
+        if c.netns:
+            _ip("netns", "del", c.netns[0])
 
 
 def _prompt(i: int) -> tuple[list[int], int]:
@@ -183,6 +227,8 @@ def test_live_switch_to_remote_2p2d_and_back_is_exact_and_uses_every_worker(clus
             [(30 + i, r) for i, r in enumerate(back)]:
         assert r["error"] is None and r["ids"] == c.reference[i], (i, r)
     assert to_remote["status"] == "ok" and to_mono["status"] == "ok"
+    if c.netns:  # d2 is in a namespace of its own, reached over the veth pair
+        assert c.workers["d2"].addr.startswith(c.netns[2] + ":")
     assert state["layout"] == "monolithic" and state["history"][-2]["to"] == "cross"
     _wait(lambda: len(_rows(c)) == 180, "all 180 request rows stored")
     rows = _rows(c).set_index("request_id")
@@ -329,7 +375,8 @@ def test_a_worker_serves_on_through_1000_hostile_connections(cluster):
     # no restart: the front never lost its control connection to d2
     assert f"worker {c.wid('d2')} lost" not in open(c.logs / "front.log").read()
     log = open(w.log_path).read()
-    assert log.count("closed connection from 127.0.0.1:") >= 1000 and "(bad_proof)" in log
+    peer = c.netns[1] if c.netns else "127.0.0.1"  # d2 sees the host end of its veth
+    assert log.count(f"closed connection from {peer}:") >= 1000 and "(bad_proof)" in log
     t1 = time.time()
 
     async def serve_on():

@@ -155,12 +155,14 @@ _READY = re.compile(r"gpuprobe worker: ready, .* on link (\S+?)(?: over TLS)?(?:
 
 
 def start_worker(role: str, listen: str, secret_file: str, log_path: str,
-                 model: str = "tiny", wait: bool = True, **opts) -> WorkerProcessHandle:
+                 model: str = "tiny", wait: bool = True, wrap: tuple[str, ...] = (),
+                 **opts) -> WorkerProcessHandle:
     """Run `gpuprobe worker --role ROLE --listen LISTEN ...` (opts as flags, True for a bare
-    flag); with wait, until its ready line. Like start_server, the worker gets SIGTERM when the
-    thread that started it ends: start several from one thread (wait=False), then wait_ready."""
-    cmd = [sys.executable, "-m", "gpuprobe.cli.main", "worker", "--role", role, "--listen",
-           listen, "--link-secret-file", str(secret_file), "--model", model]
+    flag); with wait, until its ready line. wrap: a command that execs it (`ip netns exec NS`).
+    Like start_server, the worker gets SIGTERM when the thread that started it ends: start
+    several from one thread (wait=False), then wait_ready."""
+    cmd = [*wrap, sys.executable, "-m", "gpuprobe.cli.main", "worker", "--role", role,
+           "--listen", listen, "--link-secret-file", str(secret_file), "--model", model]
     for key, value in opts.items():
         if value is True:
             cmd.append(_flag(key))

@@ -57,6 +57,11 @@ def worker_main(spec: WorkerSpec, conn, peer) -> None:
         except OSError:
             pass
         raise
+    else:
+        # Stopped as asked, everything sent: skip the interpreter's teardown, whose last
+        # garbage collection of the model's objects took 3.5 s (a layout's stop waited on it).
+        conn.close()
+        os._exit(0)
 
 
 def pin_cpu(cores: tuple[int, ...]) -> int:

@@ -44,9 +44,12 @@ def build(t: Target, model: str, total_sms: int, target_url: str) -> Plan:
     if t.layout == "intra":
         notes.append(split.intra_note(t, total_sms))
     if t.layout == "cross" and (t.prefill_devices, t.decode_devices) != (1, 1):
-        notes.append(f"The reference server runs cross as one prefill and one decode worker; "
-                     f"the recommended {t.prefill_devices}P{t.decode_devices}D is applied as "
-                     f"prefill share {t.prefill_share:.2f}.")
+        notes.append(f"For {t.prefill_devices}P{t.decode_devices}D start {t.prefill_devices} "
+                     f"`gpuprobe worker --role prefill` and {t.decode_devices} `gpuprobe worker "
+                     f"--role decode` (one per device) and give their link addresses to serve "
+                     f"with --prefill-workers, --decode-workers and --link-secret-file (README, "
+                     f"'Cross across hosts'); a live switch to cross then runs on all of them. "
+                     f"A server without them runs cross as workers it starts itself, 1P1D.")
     return Plan("gpuprobe", t, __version__, SOURCES,
                 f"Switch the reference server at {target_url} to {t.layout} live.", (apply,),
                 notes=tuple(notes),
