@@ -13,10 +13,7 @@ import json
 import os
 import random
 import secrets
-import shutil
 import signal
-import socket
-import subprocess
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -25,15 +22,16 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 
+from link_fuzz import EXPECTED, KV_BYTES_PER_TOKEN, hostile
+from netns import delete_netns, make_netns
+
 from gpuprobe.server import kv_transfer as K
 from gpuprobe.server.launch import start_server, start_worker
-from gpuprobe.server.link_auth import MAGIC, LinkConfig, LinkRefused, connect
 from gpuprobe.store import Store
 
 pytestmark = pytest.mark.timeout(400)
 TOKEN = "xhost-admin-token-5c1d"
 IPS = {"p1": "127.0.0.2", "p2": "127.0.0.3", "d1": "127.0.0.4", "d2": "127.0.0.5"}
-KV_BYTES_PER_TOKEN = 4 * 2 * 2 * 32 * 4  # tiny: layers x (K, V) x kv heads x head dim x fp32
 
 
 @dataclass
@@ -67,46 +65,13 @@ def _start(name: str, d, listen: str | None = None, wait: bool = True, netns=Non
                         cores=",".join(map(str, cores)) if cores else None)
 
 
-def _ip(*args: str) -> bool:
-    return subprocess.run(["ip", *args], capture_output=True, timeout=30).returncode == 0
-
-
-def _make_netns() -> tuple[str, str, str] | None:
-    """(namespace, host-side address, namespace-side address) of a fresh network namespace
-    joined to this one by a veth pair, or None where this process may not make one."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        return None
-    name = f"gpx{os.getpid() % 100000}"
-    used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
-    rng = random.Random(os.getpid())
-    net = next((n for n in (f"10.213.{rng.randrange(256)}.{4 * rng.randrange(64)}"
-                            for _ in range(20)) if f" {n.rsplit('.', 1)[0]}." not in used), None)
-    if net is None:
-        return None
-    base, last = net.rsplit(".", 1)
-    host, inner = f"{base}.{int(last) + 1}", f"{base}.{int(last) + 2}"
-    steps = [("netns", "add", name), ("link", "add", f"{name}a", "type", "veth", "peer", "name",
-                                      f"{name}b"),
-             ("link", "set", f"{name}b", "netns", name),
-             ("addr", "add", f"{host}/30", "dev", f"{name}a"), ("link", "set", f"{name}a", "up"),
-             ("netns", "exec", name, "ip", "addr", "add", f"{inner}/30", "dev", f"{name}b"),
-             ("netns", "exec", name, "ip", "link", "set", f"{name}b", "up"),
-             ("netns", "exec", name, "ip", "link", "set", "lo", "up")]
-    for step in steps:
-        if not _ip(*step):
-            _ip("netns", "del", name)  # takes the veth pair with it
-            _ip("link", "del", f"{name}a")
-            return None
-    return name, host, inner
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     d = tmp_path_factory.mktemp("xhost")
     secret = secrets.token_hex(32).encode()
     (d / "secret").write_bytes(secret)
     (d / "token").write_text(TOKEN)
-    c = Cluster("", str(d / "front.db"), secret, {}, d, netns=_make_netns())
+    c = Cluster("", str(d / "front.db"), secret, {}, d, netns=make_netns())
     try:
         # each imports torch: start all four, then wait (from this thread: they die with it)
         workers = c.workers
@@ -127,7 +92,7 @@ def cluster(tmp_path_factory):
         for w in c.workers.values():
             w.stop()
         if c.netns:
-            _ip("netns", "del", c.netns[0])
+            delete_netns(c.netns[0])
 
 
 def _prompt(i: int) -> tuple[list[int], int]:
@@ -297,60 +262,6 @@ def test_admin_names_what_it_cannot_switch_to(cluster):
 
 
 # ---- 1,000 hostile connections -------------------------------------------------------------
-def _tiny_kv_header(n: int, **change) -> dict:
-    h = {"rid": "fuzz", "prompt": list(range(1, n + 1)), "max_tokens": 4, "temperature": 0,
-         "top_p": 1.0, "seed": None, "ignore_eos": True, "arrival_s": 1.0, "first_token": 5,
-         "handoff_start_s": 1.0, "kv_format": "raw", "kv_dtype": "float32",
-         "kv_shape": [4, 2, n, 2, 32], "kv_bytes": n * KV_BYTES_PER_TOKEN}
-    return {**h, **change}
-
-
-def _hostile(kind: str, addr, secret: bytes, rng: random.Random) -> None:
-    good = LinkConfig(secret)
-    try:
-        if kind in ("no_secret_handshake", "wrong_secret"):
-            connect(addr, LinkConfig(b"" if kind == "no_secret_handshake" else b"x" * 32), "kv")
-            return
-        if kind in ("no_secret_frame", "garbage", "truncated_handshake"):
-            with socket.create_connection(addr, timeout=10) as s:
-                s.recv(64)
-                if kind == "no_secret_frame":  # what the link took before it had a handshake
-                    s.sendall(K.encode_frame(_tiny_kv_header(4), 4 * KV_BYTES_PER_TOKEN))
-                elif kind == "garbage":
-                    s.sendall(bytes([0x47 ^ 0xFF]) + rng.randbytes(rng.randint(8, 300)))
-                else:  # then hang up mid-way
-                    s.sendall(MAGIC + b"K" + rng.randbytes(rng.randint(0, 60)))
-                    return
-                s.recv(64)
-            return
-        with connect(addr, good, "control" if kind == "bad_control" else "kv") as s:
-            n = rng.randint(1, 40)
-            if kind == "truncated_frame":  # then hang up mid-way
-                s.sendall(K.encode_frame(_tiny_kv_header(n), n * KV_BYTES_PER_TOKEN) + b"\0" * 99)
-                return
-            if kind == "oversized_header":
-                s.sendall(K._LEN.pack(1 << 30) + rng.randbytes(64))
-            elif kind == "oversized_payload":
-                s.sendall(K.encode_frame(_tiny_kv_header(n), 1 << 40))
-            elif kind == "wrong_shape":
-                s.sendall(K.encode_frame(_tiny_kv_header(n, kv_shape=[4, 2, n, 4, 16]),
-                                         n * KV_BYTES_PER_TOKEN))
-            elif kind == "garbage_frame":
-                s.sendall(K._LEN.pack(64) + b"\xff" + rng.randbytes(63))
-            elif kind == "bad_control":
-                s.sendall(K.encode_frame({"msg": ["add", {"rid": 1}]}))
-            s.recv(64)
-    except (OSError, LinkRefused):
-        pass  # the worker hung up on us: that is the point
-
-
-EXPECTED = {"no_secret_frame": "no_handshake", "no_secret_handshake": "bad_proof",
-            "wrong_secret": "bad_proof", "truncated_handshake": "truncated",
-            "truncated_frame": "truncated", "oversized_header": "oversized",
-            "oversized_payload": "oversized", "wrong_shape": "bad_shape",
-            "garbage": "no_handshake", "garbage_frame": "malformed", "bad_control": "malformed"}
-
-
 def _refused(w) -> Counter:
     m = _metrics(w.metrics_url)
     return Counter({k.split('"')[1]: v for k, v in m.items()
@@ -366,7 +277,7 @@ def test_a_worker_serves_on_through_1000_hostile_connections(cluster):
     addr = K.parse_addr(w.addr)
     t0 = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda ik: _hostile(ik[1], addr, c.secret, random.Random(ik[0])),
+        list(pool.map(lambda ik: hostile(ik[1], addr, c.secret, random.Random(ik[0])),
                       enumerate(kinds)))
     want = Counter(EXPECTED[k] for k in kinds)
     _wait(lambda: _refused(w) - before == want, f"refusals {dict(want)} counted", 30)

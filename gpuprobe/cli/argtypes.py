@@ -72,7 +72,7 @@ def http_url(text: str) -> str:
 
 
 def host_port(text: str) -> str:
-    """HOST:PORT, the port 0-65535 ('[::1]:9100' for an IPv6 address)."""
+    """HOST:PORT (an IPv4 address or a name), the port 0-65535."""
     host, sep, num = text.rpartition(":")
     if not sep or not host or not num.isdigit() or int(num) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")

@@ -97,6 +97,10 @@ class ServerApp:
         active = self.router.active
         if active is None or self.router.closing:
             return web.json_response({"status": "unavailable"}, status=503)
+        missing = [r for r in ("prefill", "decode") if active.remote and not active.in_rotation(r)]
+        if missing:  # requests get 503 until a worker of that role answers again
+            return web.json_response({"status": "unavailable", "layout": active.name,
+                                      "reason": f"no {missing[0]} worker reachable"}, status=503)
         return web.json_response({"status": "ok", "layout": active.name})
 
     async def prom(self, request: web.Request) -> web.Response:

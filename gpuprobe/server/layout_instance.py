@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuprobe.server import kv_ring
 from gpuprobe.server.options import LayoutConfig
-from gpuprobe.server.remote_handle import RemoteSpec, RemoteWorkerHandle
+from gpuprobe.server.remote_handle import RemoteWorkerHandle
 from gpuprobe.server.worker import WorkerSpec, worker_main
 
 log = logging.getLogger("gpuprobe.server")

@@ -21,6 +21,7 @@ import hmac
 import secrets
 import socket
 import ssl
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,9 +112,13 @@ def _proof(secret: bytes, side: bytes, kind: bytes, worker_nonce: bytes,
     return hmac.new(secret, side + kind + worker_nonce + peer_nonce, hashlib.sha256).digest()
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """n bytes; with a deadline (time.monotonic()), all of them by then, so a peer trickling
+    a byte at a time cannot hold a connection slot past HANDSHAKE_TIMEOUT_S."""
     buf = bytearray()
     while len(buf) < n:
+        if deadline is not None:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
         try:
             chunk = sock.recv(n - len(buf))
         except TimeoutError:
@@ -129,15 +134,16 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 def accept_handshake(sock: socket.socket, cfg: LinkConfig, kinds: tuple[str, ...]) -> str:
     """Worker side, on a fresh connection (timeout set by the caller): the kind the peer
     proved the secret for. Raises LinkRefused before reading anything past the hello."""
+    deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
     nonce = secrets.token_bytes(NONCE_BYTES)
     try:
         sock.sendall(MAGIC + nonce)
     except OSError as exc:
         raise LinkRefused("truncated", str(exc)) from None
-    hello = _recv_exact(sock, len(MAGIC))
+    hello = _recv_exact(sock, len(MAGIC), deadline)
     if hello != MAGIC:
         raise LinkRefused("no_handshake", f"opened with {hello[:8]!r}")
-    rest = _recv_exact(sock, HELLO_BYTES - len(MAGIC))
+    rest = _recv_exact(sock, HELLO_BYTES - len(MAGIC), deadline)
     kind_b, peer_nonce, proof = rest[:1], rest[1:1 + NONCE_BYTES], rest[1 + NONCE_BYTES:]
     kind = KINDS.get(kind_b)
     if kind is None or kind not in kinds:

@@ -13,6 +13,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 
 from gpuprobe.server.kv_transfer import TransferError, parse_addr
 from gpuprobe.server.link_auth import HANDSHAKE_TIMEOUT_S, LinkConfig, LinkRefused, accept_handshake
@@ -50,6 +51,7 @@ class LinkServer:
         host, port = parse_addr(addr)
         self.cfg, self.handlers, self.counters = cfg, handlers, counters
         self._tls = cfg.server_tls()
+        self.max_connections = max_connections
         self._slots = threading.BoundedSemaphore(max_connections)
         self._sock = socket.create_server((host, port), backlog=128)
         self.address = f"{host}:{self._sock.getsockname()[1]}"
@@ -70,10 +72,12 @@ class LinkServer:
             except OSError:
                 if self._closed:
                     return
-                continue  # EMFILE and the like: this connection is lost, the port is not
+                time.sleep(0.05)  # EMFILE and the like: this connection is lost, not the port
+                continue
             where = f"{peer[0]}:{peer[1]}"
             if not self._slots.acquire(blocking=False):
-                self._refuse(where, LinkRefused("busy", f"{MAX_CONNECTIONS}+ connections open"))
+                self._refuse(where, LinkRefused("busy", f"{self.max_connections} connections "
+                                                        f"open already"))
                 sock.close()
                 continue
             threading.Thread(target=self._serve, args=(sock, where), daemon=True,

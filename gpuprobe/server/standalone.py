@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 
+from gpuprobe.errors import GpuprobeError
 from gpuprobe.server.link_server import LinkCounters, LinkServer
 from gpuprobe.server.worker_control import ControlChannel
 from gpuprobe.server.worker_metrics import serve_metrics
@@ -33,13 +34,21 @@ def run_worker(spec, listen: str, link, metrics: tuple[str, int] | None,
     handlers = {"control": control.serve}
     if spec.role == "decode":
         handlers["kv"] = loop.handoff.serve
-    server = LinkServer(listen, link, handlers, counters, max_connections).start()
+    try:
+        server = LinkServer(listen, link, handlers, counters, max_connections).start()
+    except OSError as exc:
+        raise GpuprobeError(f"--listen {listen}: cannot listen ({exc.strerror or exc})") from None
     if spec.role == "decode":
         loop.handoff.address = server.address
     where = ""
     if metrics is not None:
-        port = serve_metrics(counters, {"role": spec.role, "model": spec.model,
-                                        "worker": spec.worker_id}, *metrics)
+        try:
+            port = serve_metrics(counters, {"role": spec.role, "model": spec.model,
+                                            "worker": spec.worker_id}, *metrics)
+        except OSError as exc:
+            server.close()
+            raise GpuprobeError(f"--metrics-port {metrics[1]} on {metrics[0]}: cannot listen "
+                                f"({exc.strerror or exc})") from None
         where = f", /metrics at http://{metrics[0]}:{port}/metrics"
     tls = " over TLS" if link.cert else ""
     print(f"gpuprobe worker: ready, {spec.role} of {spec.model} on link {server.address}{tls}"

@@ -45,7 +45,6 @@ def run(args) -> int:
     import logging
 
     from gpuprobe.cli.commands.serve import require_device
-    from gpuprobe.errors import GpuprobeError
     from gpuprobe.server.front_model import load_front_model
     from gpuprobe.server.link_auth import load_link_config
     from gpuprobe.server.standalone import run_worker
@@ -63,9 +62,5 @@ def run(args) -> int:
     metrics = None if args.no_metrics else (args.metrics_host or host, args.metrics_port)
     logging.basicConfig(level=args.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        run_worker(spec, args.listen, link, metrics, args.max_link_connections)
-    except OSError as exc:
-        raise GpuprobeError(f"gpuprobe worker: cannot listen on {args.listen}: "
-                            f"{exc.strerror or exc}") from None
+    run_worker(spec, args.listen, link, metrics, args.max_link_connections)
     return 0
