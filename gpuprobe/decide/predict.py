@@ -39,7 +39,7 @@ def layout_config(cand, max_prompt: int, limits: dict | None = None) -> LayoutCo
     takes the longest prompt whole, and the chunked-prefill budget where the candidate has one."""
     kw = {"max_num_seqs": MAX_NUM_SEQS, "num_blocks": NUM_BLOCKS, **(limits or {})}
     kw["max_num_batched_tokens"] = max(2048, max_prompt)
-    mixed = SchedulerConfig(role="mixed", chunked_prefill_tokens=cand.chunked_tokens, **kw)
+    mixed = SchedulerConfig(role="mixed", chunked_prefill_tokens=cand.chunked_prefill_tokens, **kw)
     return LayoutConfig(mixed, SchedulerConfig(role="prefill", **kw),
                         SchedulerConfig(role="decode", **kw),
                         num_prefill=cand.num_prefill, num_decode=cand.num_decode)
