@@ -4,8 +4,9 @@ loopback address (Linux routes all of 127/8 to lo); where the test may make a ne
 namespace (root, iproute2), the second decode worker runs in one of its own, reached over a
 veth pair, as another host would be. One set serves every test here, in order:
 a live switch from monolithic to the remote 2P2D and back with exact tokens on every worker;
-the measured KV transfer (store, /metrics, profile); 1,000 hostile connections to a worker;
-a decode worker killed under load, and its return."""
+the measured KV transfer (store, /metrics, profile); `gpuprobe apply` of a 2P2D
+recommendation and back, under load; what the admin API refuses; 1,000 hostile connections
+to a worker; a decode worker killed under load, and its return."""
 from __future__ import annotations
 
 import asyncio
@@ -25,6 +26,7 @@ import pytest
 from link_fuzz import EXPECTED, KV_BYTES_PER_TOKEN, hostile
 from netns import delete_netns, make_netns
 
+from gpuprobe.cli.main import main
 from gpuprobe.server import kv_transfer as K
 from gpuprobe.server.launch import start_server, start_worker
 from gpuprobe.store import Store
@@ -236,6 +238,40 @@ def _metrics(url: str) -> dict:
             name, _, value = line.rpartition(" ")
             out[name.split("{")[0] if "model_name" in name else name] = float(value)
     return out
+
+
+def test_apply_moves_the_front_onto_its_remote_2p2d_and_back_under_load(cluster):
+    c = cluster
+    _ensure(c, "local")
+    db = str(c.logs / "recs.db")
+    with Store.open(db) as st:
+        recs = [st.insert_recommendation({
+            "workload": "xhost", "layout": layout, "params": params, "profile": "tiny-cpu",
+            "slo": {"ttft_s": 2.0, "tbt_s": 0.2}, "candidates": [], "reasons": []})
+            for layout, params in (("cross", {"num_prefill": 2, "num_decode": 2}),
+                                   ("monolithic", {}))]
+
+    def apply(rec_id: int) -> int:
+        return main(["apply", "--recommendation", str(rec_id), "--target", c.url,
+                     "--admin-token-file", str(c.logs / "token"), "--store", db])
+
+    async def go():
+        async with _session() as s:
+            out = []
+            for rec_id in recs:  # each switch with 16 streams in flight
+                load = [asyncio.ensure_future(_stream(s, c.url, *_prompt(i))) for i in range(16)]
+                await asyncio.sleep(0.2)
+                code = await asyncio.to_thread(apply, rec_id)
+                out.append((code, await _admin(s, c.url), await asyncio.gather(*load)))
+            return out
+
+    (c1, on_remote, load1), (c2, back, load2) = _run(go())
+    assert (c1, on_remote["layout"], on_remote["workers"]) == (0, "cross", "remote")
+    assert (on_remote["num_prefill"], on_remote["num_decode"]) == (2, 2)
+    assert (c2, back["layout"], back["workers"]) == (0, "monolithic", "local")
+    assert [h["actor"] for h in back["history"][-2:]] == ["gpuprobe-apply"] * 2
+    for i, r in list(enumerate(load1)) + list(enumerate(load2)):
+        assert r["error"] is None and r["ids"] == c.reference[i], (i, r)
 
 
 def test_admin_names_what_it_cannot_switch_to(cluster):
