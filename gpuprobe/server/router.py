@@ -297,25 +297,27 @@ class Router:
             self._finish(t, "ok", reason=reason)
 
     def _on_died(self, inst: LayoutInstance, w, reason: str) -> None:
+        """A worker the front started died: the layout is replaced (a fresh set of workers);
+        its requests that streamed nothing wait for the replacement, the rest end with 503."""
         log.error("%s", reason)
-        for t in list(self.requests.values()):
-            if t.layout is inst and (t.owner == w.worker_id or
-                                     (w.spec.role == "decode" and t.token_times_s)):
-                self._finish(t, "error", http_status=503, error=f"worker died: {reason}")
         if inst is self.active and not self.closing:
-            self.active = None
+            self.active = None  # first: what runs again waits for the replacement
             self._retire(inst)
             self._spawn(self._replace(inst.cfg))
-        else:
-            self._maybe_stop(inst)
+        self._rerun_or_fail(inst, w, f"worker died: {reason}")
 
     def _on_remote_lost(self, inst: LayoutInstance, w, reason: str) -> None:
         """A remote worker left: out of rotation (re-probed until it answers), its requests
         that streamed nothing run again on the others, the rest end with 503."""
         log.error("%s: out of rotation", reason)
+        self._rerun_or_fail(inst, w, f"worker lost: {reason}")
+        if not inst.stopped:
+            inst.reprobe(w)
+
+    def _rerun_or_fail(self, inst: LayoutInstance, w, error: str) -> None:
         retry, fail = routing.after_loss(inst, w.worker_id, self.requests.values())
         for t in fail:
-            self._finish(t, "error", http_status=503, error=f"worker lost: {reason}")
+            self._finish(t, "error", http_status=503, error=error)
         for t in retry:
             owner = inst.workers.get(t.owner)
             if owner is not None and owner is not w:
@@ -324,8 +326,6 @@ class Router:
             t.attempt, t.layout, t.owner, t.decode_id = t.attempt + 1, None, "", ""
             self.requests[t.wid] = t
             self._dispatch(t)
-        if not inst.stopped:
-            inst.reprobe(w)
         self._maybe_stop(inst)
 
     async def _replace(self, cfg: LayoutConfig) -> None:
