@@ -3,7 +3,7 @@
 Public API (plain data in and out; the dashboard, autopilot and reports code against it):
 
     from gpuprobe.decide.slo import parse_slo, SLO_PRESETS
-        parse_slo("chat" | "code" | "summarize" | "batch" | "ttft_p99=2s,tbt_p99=100ms,attain=0.9")
+        parse_slo("chat" | "code" | "summarize" | "batch" | "ttft_p99=2s,tpot_p90=100ms,attain=0.9")
         -> gpuprobe.perf.metrics.Slo
     from gpuprobe.decide.recommend import recommend
         rec = recommend(workload_df, profile, slo, devices=1, link=None,

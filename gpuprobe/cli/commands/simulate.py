@@ -20,12 +20,13 @@ def add_arguments(p) -> None:
     p.add_argument("--speed", type=positive_float, default=1.0,
                    help="arrival rate multiplier (default 1)")
     p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
-                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tbt=100ms,attain=0.9 "
+                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tpot=100ms,attain=0.9 "
                         "(default chat: TTFT 2 s, TBT 0.1 s, 90%%)")
     p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
                    help="TTFT SLO, s (default 2), overriding --slo's")
-    p.add_argument("--slo-tbt", type=positive_float, default=None, metavar="S",
-                   help="per-request mean TBT SLO, s (default 0.1), overriding --slo's")
+    p.add_argument("--slo-tpot", "--slo-tbt", dest="slo_tbt", type=positive_float, default=None,
+                   metavar="S", help="TPOT SLO: each request's mean time per output token, s "
+                                     "(default 0.1), overriding --slo's (--slo-tbt: older name)")
     p.add_argument("--token-scale", type=positive_float, default=1.0, metavar="F",
                    help="scale prompt and output lengths (default 1)")
     p.add_argument("--max-num-seqs", type=positive_int, default=None, metavar="N",
@@ -95,7 +96,8 @@ def run(args) -> int:
                           "host_effects": [], "seeds": args.seeds}, default=float))
         return 0
     for x, s in out.items():
-        vals = " ".join(f"{m}={s[m]:.4g}" for m in (*AGG_METRICS, "offered_goodput_rps_per_device",
+        vals = " ".join(f"{m}={s[m]:.4g}" for m in (*AGG_METRICS, "tpot_p99_s",
+                                                     "offered_goodput_rps_per_device",
                                                      "max_goodput_rps_per_device"))
         print(f"{x:<11} {vals} slo={s['slo_attainment']:.3f} confidence={s['confidence']['level']}")
     print(f"best: {best or 'none'}")
