@@ -76,7 +76,7 @@ def test_profile_flags_are_checked_for_their_mode(capsys, tmp_path, argv, needle
 
 @pytest.mark.parametrize("flag,value", [("--limit", "0"), ("--limit", "-5"),
                                         ("--max-num-seqs", "0"), ("--num-blocks", "0"),
-                                        ("--slo-ttft", "-1"), ("--slo-tbt", "0")])
+                                        ("--slo-ttft", "-1"), ("--slo-tpot", "0")])
 def test_simulate_rejects_nonsense_numbers(capsys, spec_profile, flag, value):
     assert_user_error(capsys, f"argument {flag}", "simulate", "--workload", "azure-conv",
                       "--profile", spec_profile, f"{flag}={value}")
