@@ -66,3 +66,14 @@ def test_two_intra_engines_each_hold_the_weights():
     assert pre.max_kv_tokens == int(left / 3 // mono.kv_bytes_per_token)
     assert dec.max_kv_tokens == int(2 * left / 3 // mono.kv_bytes_per_token)
     assert "x2 engines" in pre.why() and pre.fits
+
+
+def test_a_search_gets_each_tp_worker_with_what_it_holds():
+    from gpuprobe.perf.silicon_profile import tp_worker
+
+    one, fit1 = tp_worker("llama3-70b", "h200", None, tp=1)  # None: the roofline, as asked
+    two, fit2 = tp_worker("llama3-70b", "h200", None, tp=2)
+    assert not fit1.fits and one.max_kv_tokens == 0 and "126.9 GiB" in fit1.why()
+    assert fit2.fits and (two.tp, two.max_kv_tokens) == (2, fit2.max_kv_tokens) and \
+        fit2.max_kv_tokens > 300_000
+    assert fit2.kv_bytes_per_token == 163840 and fit2.weights_bytes == pytest.approx(70.55e9, rel=1e-3)

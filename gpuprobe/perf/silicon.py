@@ -67,11 +67,9 @@ def open_data(system: str, engine: str, version: str | None = None) -> SiliconDa
         raise Unavailable(why)
     if engine not in ENGINES:
         raise Unavailable(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
-    from aiconfigurator_core.sdk import perf_database
-
     asked = f"{engine} {version}" if version else engine
     with _quiet():
-        version = version or perf_database.get_latest_database_version(system, engine)
+        version = version or _latest_version(system, engine)
         if not version or _database(system, engine, version) is None:
             raise Unavailable(f"AIConfigurator {_core_version()} has no {asked} data for "
                               f"{system}")
@@ -152,6 +150,16 @@ def _ops_json(shape: ModelShape, tp: int, db, context: bool) -> str:
     ]
     _resolve_attention_lane_orders(graph, db, None)  # the engine's kernel choice per table
     return build_ops_json(graph)
+
+
+@functools.lru_cache(maxsize=32)
+def _latest_version(system: str, engine: str) -> str | None:
+    from aiconfigurator_core.sdk import perf_database
+
+    try:
+        return perf_database.get_latest_database_version(system, engine)
+    except Exception:  # no folder for this system: no data
+        return None
 
 
 @functools.lru_cache(maxsize=8)

@@ -16,6 +16,7 @@ each at its share of the SMs, derived from the whole device's curves ('interpola
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import numpy as np
@@ -25,8 +26,10 @@ from gpuprobe.perf import silicon
 from gpuprobe.perf.costmodel import (DECODE_TERMS, PREFILL_TERMS, Overhead, Profile, StepCost,
                                      interpolated)
 from gpuprobe.perf.fit import least_squares
-from gpuprobe.perf.memory import DEFAULT_GPU_MEMORY_UTILIZATION, with_memory, worker_memory
+from gpuprobe.perf.memory import (DEFAULT_GPU_MEMORY_UTILIZATION, MemoryFit, memory_fit,
+                                   with_memory, worker_memory)
 from gpuprobe.perf.roofline import roofline_profile, spec_links
+from gpuprobe.perf.roofline import worker as roofline_worker
 from gpuprobe.perf.specs import GpuSpec, ModelShape, check_tp, gpu, model_shape
 
 FIT_MIN_PREFILL = 128
@@ -46,8 +49,10 @@ def resolve_gpu(name: str) -> GpuSpec:
                             f"l40s, b200) nor an AIConfigurator system") from None
 
 
+@functools.lru_cache(maxsize=64)
 def silicon_worker(shape: ModelShape, data: silicon.SiliconData, tp: int = 1) -> tuple[StepCost, dict]:
-    """(StepCost of `shape` on `tp` devices from `data`, notes on the fit for the meta)."""
+    """(StepCost of `shape` on `tp` devices from `data`, notes on the fit for the meta; read
+    only, as it is cached: a search over TP sizes asks for the same worker many times)."""
     pre, dec = silicon.compose(shape, data, tp)
     what = f"{data.system} {data.engine} {data.version} TP{tp}"
     fit_part = pre[pre["prompt_tokens"] >= FIT_MIN_PREFILL]
@@ -104,7 +109,7 @@ def silicon_profile(model: str, gpu_name: str, engine: str = "vllm", version: st
         at = (data[key], tps[key])
         if at not in built:
             built[at] = silicon_worker(shape, *at)
-        workers[key], notes[key] = built[at]
+        workers[key], notes[key] = built[at][0], dict(built[at][1])
     for role, share in (("prefill", prefill_share), ("decode", 1 - prefill_share)):
         workers[f"intra.{role}"] = replace(
             interpolated(workers["monolithic"]), scale=share ** -1.0,
@@ -124,6 +129,28 @@ def silicon_profile(model: str, gpu_name: str, engine: str = "vllm", version: st
                          "silicon_fit": notes,
                          "gpu_memory_utilization": gpu_memory_utilization,
                          "memory": {k: f.to_dict() for k, f in fits.items()}})
+
+
+def tp_worker(model: str, gpu_name: str, engine: str | None = "vllm", tp: int = 1,
+              gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+              version: str | None = None) -> tuple[StepCost, MemoryFit]:
+    """One worker of `tp` devices for a search over layouts: (its StepCost, from silicon data
+    where it exists, else the roofline with the reason, carrying tp and max_kv_tokens (0 when
+    the model does not fit); its MemoryFit: fits?, weights and KV bytes per device, why())."""
+    shape, spec = model_shape(model), resolve_gpu(gpu_name)
+    check_tp(shape, tp)
+    fit = memory_fit(shape, spec, tp, gpu_memory_utilization)
+    try:
+        if engine is None:
+            raise silicon.Unavailable("the roofline was asked for")
+        cost = silicon_worker(shape, silicon.open_data(spec.silicon_system or spec.name,
+                                                       engine, version), tp)[0]
+    except silicon.Unavailable as exc:
+        cost = roofline_worker(spec, shape, tp=tp)
+        if engine is not None:
+            cost = replace(cost, reasons=cost.reasons + (f"no measured silicon data ({exc}); "
+                                                         "roofline instead",))
+    return replace(cost, max_kv_tokens=fit.max_kv_tokens if fit.fits else 0), fit
 
 
 def spec_profile(model: str, gpu_name: str, engine: str | None = "vllm", **kw) -> Profile:
