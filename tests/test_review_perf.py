@@ -66,6 +66,9 @@ def test_profile_reads_the_vocab_and_caps_the_sweep_at_the_context(reference_ser
     (["--spec", "h200", "--run", "foo"], "--run applies to --from-store only"),
     (["--from-store", "--layout", "intra"], "--layout applies to --target only"),
     (["--target", "http://127.0.0.1:1", "--model-shape", "llama3-8b"], "--model-shape applies"),
+    (["--from-store", "--tp", "2"], "--tp applies to --spec only"),
+    (["--spec", "h200", "--tp", "3"], "the TP size must divide both"),
+    (["--spec", "h200", "--gpu-memory-utilization", "1.5"], "must be above 0 and at most 1"),
 ])
 def test_profile_flags_are_checked_for_their_mode(capsys, tmp_path, argv, needle):
     assert_user_error(capsys, needle, "profile", *argv, "--out", str(tmp_path / "p.json"))
