@@ -46,7 +46,7 @@ def layout_config(cand, max_prompt: int, limits: dict | None = None,
         blocks = (None if profile is None or "num_blocks" in (limits or {})
                   else profile.num_kv_blocks(cand.layout, name))
         return SchedulerConfig(role=name, **{**kw, **extra, "num_blocks": blocks or kw["num_blocks"]})
-    return LayoutConfig(role("mixed", chunked_prefill_tokens=cand.chunked_tokens),
+    return LayoutConfig(role("mixed", chunked_prefill_tokens=cand.chunked_prefill_tokens),
                         role("prefill"), role("decode"),
                         num_prefill=cand.num_prefill, num_decode=cand.num_decode)
 

@@ -69,9 +69,10 @@ class ValidateOptions:
 
 def prepare_workload(wl: pd.DataFrame, limit: int, token_scale: float, max_len: int) -> pd.DataFrame:
     """First `limit` requests, lengths scaled and clipped so prompt + output fits the model."""
+    from gpuprobe.workloads.loading import by_arrival
     from gpuprobe.workloads.replay import scaled_lengths
 
-    wl = wl.sort_values("arrival_s", kind="stable").iloc[:limit]
+    wl = by_arrival(wl).iloc[:limit]
     if len(wl) < 2:
         raise UserError(f"workload has {len(wl)} request(s); validate needs at least 2")
     p, o = scaled_lengths(wl, token_scale)

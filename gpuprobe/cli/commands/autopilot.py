@@ -44,7 +44,7 @@ def run(args) -> int:
     from gpuprobe.autopilot.inputs import parse_slo
     from gpuprobe.autopilot.loop import Autopilot, AutopilotConfig
     from gpuprobe.autopilot.policy import PolicyConfig
-    from gpuprobe.autopilot.target import Target
+    from gpuprobe.decide.admin_client import AdminClient
     from gpuprobe.errors import UserError
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.server.admin import load_token
@@ -74,7 +74,8 @@ def run(args) -> int:
         timer.daemon = True
         timer.start()
     with Store.open(args.store) as store:
-        ap = Autopilot(store, Target(args.target, token), profile, slo, cfg,
+        admin = AdminClient(args.target, token, timeout_s=5.0, switch_timeout_s=180.0)
+        ap = Autopilot(store, admin, profile, slo, cfg,
                        say=lambda line: print(line, flush=True))
         try:
             n = ap.run(stop)

@@ -47,25 +47,26 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from gpuprobe.cli.commands.validate import load_named_workload
     from gpuprobe.engine.scheduler import SchedulerConfig
     from gpuprobe.errors import UserError
     from gpuprobe.decide.candidates import Candidate
     from gpuprobe.decide.rank import rank
-    from gpuprobe.decide.recommend import prepare, scale_workload
+    from gpuprobe.decide.decision import WhatIf, scale_workload
     from gpuprobe.decide.search import search_candidates
     from gpuprobe.decide.slo import slo_from_flags
     from gpuprobe.perf.metrics import AGG_METRICS, best_note, pick_best
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.perf.predict import predict
     from gpuprobe.perf.sim_layouts import LAYOUTS
+    from gpuprobe.workloads.loading import as_workload, load_named_workload
 
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
     if not layouts or any(x not in LAYOUTS for x in layouts):
         raise UserError(f"--layouts: choose from {', '.join(LAYOUTS)}")
     profile = load_profile(args.profile)
     wl = load_named_workload(args.store, args.workload)
-    wl = prepare(scale_workload(wl, args.speed, token_scale=args.token_scale, limit=args.limit))
+    wl = scale_workload(as_workload(wl), WhatIf(rate_scale=args.speed, token_scale=args.token_scale,
+                                                limit=args.limit))
     cfgs = {x: _config(profile, wl, args, SchedulerConfig, x) for x in layouts}
     slo = slo_from_flags(args.slo, args.slo_ttft, args.slo_tbt)
     # one prediction path (perf/predict.py); simulate has no host effects to apply

@@ -175,18 +175,6 @@ def _check_model(name: str) -> None:
         raise UserError(f"--model {name}: {exc}") from None
 
 
-def load_named_workload(store_path, name: str):
-    """A stored workload, a file, or a bundled trace alias (azure-conv, azure-code); UserError
-    when it holds no request."""
-    from gpuprobe.errors import UserError
-    from gpuprobe.workloads.loading import read_workload
-
-    wl = read_workload(store_path, name)  # reads only: a mistyped --store is not created
-    if wl.empty:
-        raise UserError(f"workload {name!r} is empty: it has no requests")
-    return wl
-
-
 def _fmt(v) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
 
@@ -194,6 +182,7 @@ def _fmt(v) -> str:
 def run(args) -> int:
     from gpuprobe.cli.commands.serve import require_device
     from gpuprobe.validate.run import run_validate
+    from gpuprobe.workloads.loading import load_named_workload
 
     opts = _options(args)
     require_device(opts.device)
