@@ -55,6 +55,22 @@ def test_paged_mixed_batches_match_dense_reference(tiny):
 
 
 @torch.inference_mode()
+def test_cpu_runner_fused_layers_give_the_models_logits():
+    """The CPU runner's rewrite of a model (w1 and w3 fused into w13; linears read from a
+    transposed or oneDNN-packed weight) leaves its logits as they were."""
+    config, model, _ = load_model("tiny")
+    tokens = torch.tensor(prompt(7, 12))
+    before = model.reference_forward(tokens)
+    ModelRunner(config, num_blocks=16, block_size=BLOCK, model=model)
+    ffn = model.layers[0].feed_forward
+    assert ffn.w1 is None and ffn.w3 is None
+    assert ffn.w13.weight_t.shape == (config.dim, 2 * config.hidden_dim)
+    after = model.reference_forward(tokens)
+    torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
+    assert torch.equal(after.argmax(-1), before.argmax(-1))
+
+
+@torch.inference_mode()
 def test_chunked_prefill_equals_whole_prefill(tiny):
     tokens = prompt(3, 29)
     results = []

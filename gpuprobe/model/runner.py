@@ -92,8 +92,9 @@ class ModelRunner:
         self.block_size = block_size
         self.model = model if model is not None else build_model(config, self.device, dtype)
         if self.device.type == "cpu":
-            from gpuprobe.model.cpu_linear import use_cpu_linears
+            from gpuprobe.model.cpu_linear import fuse_gate_up, use_cpu_linears
 
+            fuse_gate_up(self.model)
             use_cpu_linears(self.model)
         with torch.inference_mode():
             self.kv_cache = torch.zeros(config.n_layers, 2, num_blocks, block_size,
@@ -146,15 +147,21 @@ class ModelRunner:
                 torch.tensor(logits_rows, device=dev, dtype=torch.long), samplers)
 
     def _decode_slots(self, seqs: list[Sequence]) -> tuple[Tensor | None, Tensor | None, Tensor]:
-        """Padded context slots [B, max_ctx], their mask [B, 1, 1, max_ctx] and each decode
-        token's own slot [B]."""
+        """Padded context slots [B, max_ctx], the scores' mask [B, 1, 1, max_ctx] (None where
+        no row is padded) and each decode token's own slot [B]."""
         if not seqs:
             return None, None, torch.empty(0, dtype=torch.long, device=self.device)
         ctx = [s.num_computed_tokens + 1 for s in seqs]
         span = torch.arange(max(ctx), device=self.device)
         slots = self._slots([s.block_table for s in seqs], span)
         ctx_lens = torch.tensor(ctx, device=self.device)
-        mask = (span.unsqueeze(0) < ctx_lens.unsqueeze(1))[:, None, None, :]
+        mask = None
+        if min(ctx) < max(ctx):
+            # Additive, built once a step for every layer: attention given a bool mask
+            # converts it to this in each of the 30 layers.
+            padding = (span.unsqueeze(0) >= ctx_lens.unsqueeze(1))[:, None, None, :]
+            mask = torch.zeros(padding.shape, dtype=self.kv_cache.dtype, device=self.device)
+            mask.masked_fill_(padding, float("-inf"))
         rows = torch.arange(len(seqs), device=self.device)
         return slots, mask, slots[rows, ctx_lens - 1]
 
