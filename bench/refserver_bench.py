@@ -8,10 +8,12 @@
    and the intra / monolithic p99 TBT ratio under the prefill-heavy load.
 4. With --vllm-python: the reference server's decode step against vLLM-CPU's (float32, the
    same SmolLM2 weights, the same token-id prompts) at batch 1 and 16, both servers up at once
-   and measured in turns (vllm_server.py starts vLLM; its first start compiles for minutes).
+   and measured A/B/B/A over --rounds rounds, with the host's load average (vllm_server.py
+   starts vLLM; its first start compiles for minutes).
 
 Usage: .venv/bin/python bench/refserver_bench.py [--quick] [--window 12]
        .venv/bin/python bench/refserver_bench.py --vllm-python .vllm-venv/bin/python --only-vllm
+           [--rounds 5]
 """
 
 from __future__ import annotations
@@ -191,33 +193,53 @@ async def _decode_gaps(url: str, batch: int, prompt: int, tokens: int, skip: int
     return [g for r in recs for g in np.diff(r["token_times"])[skip:].tolist()]
 
 
-def decode_vs_vllm(vllm_python: str, batches=(1, 16), rounds: int = 3, prompt: int = 128,
+def decode_vs_vllm(vllm_python: str, batches=(1, 16), rounds: int = 5, prompt: int = 128,
                    tokens: int = 40) -> dict:
-    """Median decode gap (ms) of each server per batch, measured in turns, and ref / vLLM."""
+    """Median decode gap (ms) of each server per batch and ref / vLLM, measured A/B/B/A.
+
+    Both servers are up at once; each round measures every batch on both, the order of the
+    two swapped from round to round (ABBA), so load that drifts during the run weighs on both
+    alike. A round's figure is the median client-side gap of its streams; the result is the
+    median over rounds, their spread, the ratio of the medians and each round's own ratio,
+    and the host's load average (1-minute, as os.getloadavg) before, between and after."""
+    import os
     from pathlib import Path
 
     from vllm_server import vllm_server
 
     from gpuprobe.server.launch import start_server
 
-    gaps: dict = {(who, b): [] for who in ("vllm", "ref") for b in batches}
+    per_round: dict = {(who, b): [] for who in ("vllm", "ref") for b in batches}
+    loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp, \
             vllm_server(vllm_python, Path(tmp) / "vllm.log") as vurl, \
             start_server("smollm2-135m", "monolithic", store=f"{tmp}/s.db", max_num_seqs=64,
                          max_queue_wait="0", timeout_s=600) as ref:  # queue as vLLM does
-        for who, url in (("vllm", vurl), ("ref", ref.url)):  # warm-up: first-call costs
+        servers = [("vllm", vurl), ("ref", ref.url)]
+        for who, url in servers:  # warm-up: first-call costs
             asyncio.run(_decode_gaps(url, 2, prompt, 8))
-        for _ in range(rounds):
+        for r in range(rounds):
             for b in batches:
-                for who, url in (("vllm", vurl), ("ref", ref.url)):
-                    gaps[(who, b)] += asyncio.run(_decode_gaps(url, b, prompt, tokens))
-    out = {}
+                for who, url in servers if r % 2 == 0 else servers[::-1]:
+                    gaps = asyncio.run(_decode_gaps(url, b, prompt, tokens))
+                    per_round[(who, b)].append(float(np.median(gaps)) * 1e3)
+            loads.append(os.getloadavg()[0])
+    out: dict = {"rounds": rounds, "load_avg_1m": loads, "prompt_tokens": prompt,
+                 "output_tokens": tokens}
+    print(f"host load average (1 min) during the run: {min(loads):.1f}-{max(loads):.1f} "
+          f"({os.cpu_count()} cores)")
     for b in batches:
-        v, r = (float(np.median(gaps[(w, b)])) * 1e3 for w in ("vllm", "ref"))
-        out[f"batch_{b}"] = {"vllm_ms": v, "ref_ms": r, "ratio": r / v}
-        print(f"decode step, batch {b}: reference {r:.1f} ms, vLLM-CPU fp32 {v:.1f} ms "
-              f"-> ratio {r / v:.2f} ({'within' if r / v <= 1.3 else 'NOT within'} 1.3)",
-              flush=True)
+        v, r = per_round[("vllm", b)], per_round[("ref", b)]
+        ratios = [x / y for x, y in zip(r, v)]
+        ratio = statistics.median(r) / statistics.median(v)
+        out[f"batch_{b}"] = {"vllm_ms": statistics.median(v), "ref_ms": statistics.median(r),
+                             "ratio": ratio, "vllm_rounds_ms": v, "ref_rounds_ms": r,
+                             "round_ratios": ratios}
+        print(f"decode step, batch {b}: reference {statistics.median(r):.1f} ms "
+              f"({min(r):.0f}-{max(r):.0f}), vLLM-CPU fp32 {statistics.median(v):.1f} ms "
+              f"({min(v):.0f}-{max(v):.0f}) -> ratio {ratio:.2f} "
+              f"({'within' if ratio <= 1.3 else 'NOT within'} 1.3; rounds "
+              f"{' '.join(f'{x:.2f}' for x in ratios)})", flush=True)
     return out
 
 
@@ -237,11 +259,14 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm-python", default=None,
                     help="vLLM's venv python: also compare decode steps with vLLM-CPU")
     ap.add_argument("--only-vllm", action="store_true", help="only the comparison with vLLM")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="A/B rounds of the comparison with vLLM (order swapped each round)")
     args = ap.parse_args(argv)
     import torch
 
     if args.only_vllm:
-        results = decode_vs_vllm(args.vllm_python or ".vllm-venv/bin/python")
+        results = decode_vs_vllm(args.vllm_python or ".vllm-venv/bin/python",
+                                 rounds=args.rounds)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=1)
@@ -273,7 +298,7 @@ def main(argv=None) -> int:
         print(f"prefill-heavy load: p99 TBT intra / monolithic = {ratio:.2f} "
               f"({'intra lower' if ratio < 1 else 'intra NOT lower'})")
     if args.vllm_python:
-        results["decode_vs_vllm"] = decode_vs_vllm(args.vllm_python)
+        results["decode_vs_vllm"] = decode_vs_vllm(args.vllm_python, rounds=args.rounds)
     print(f"total {time.time() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
