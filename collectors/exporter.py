@@ -27,13 +27,9 @@ from typing import Callable, Iterable
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from gpuprobe.store import Sample
+from gpuprobe.store import Sample, label_dict
 
 _PREFIX = {"nvml": "gpu", "gpm": "gpu", "gpu_proc": "gpu", "host": "host", "engine": "engine"}
-
-
-def _labels(text: str) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in text.split(";") if "=" in part)
 
 
 class LatestValues:
@@ -60,7 +56,7 @@ class AgentCollector:
         for (source, device, metric, labels), (host, value) in list(self.latest.values.items()):
             prefix = _PREFIX.get(source, source)
             name = "gpuprobe_" + re.sub(r"[^a-zA-Z0-9_]", "_", f"{prefix}_{metric}")
-            extra = _labels(labels)
+            extra = label_dict(labels)
             if source in ("nvml", "gpm"):
                 keys, vals = ["gpu", "uuid", "hostname"], [device.removeprefix("gpu"), extra.get("uuid", ""), host]
             elif source == "gpu_proc":

@@ -3,7 +3,8 @@ fleet's per-group answers, the autopilot):
 
     rec = run_decision(workload_df, profile, slo, DecisionOptions(max_devices=2), store=store)
 
-workload -> what-if scaling -> forecast (optional) -> search, ranking and reasons (recommend)
+workload -> what-if scaling -> forecast (optional) -> the prefix-cache reuse measured
+(prefix_reuse) -> search, ranking and reasons (recommend)
 -> outlook over the forecast's horizon -> stored -> the Recommendation, with its id.
 """
 from __future__ import annotations
@@ -72,7 +73,13 @@ def run_decision(workload_df: pd.DataFrame, profile: Profile, slo: Slo,
         forecast = forecast_workload(wl, bucket_s, horizon_s, None, FORECAST_METRICS)
     if forecast is not None:
         from gpuprobe.decide.forecast_workload import workload_from_forecast
+        from gpuprobe.decide.prefix_reuse import measure_reuse, with_cached_tokens
+        # Measured on the requests seen (their hash ids, or the store's hit rate), applied to
+        # the forecast's as a rate: recommend and the outlook cost the same prefills.
+        reuse = measure_reuse(wl, profile, store)
         wl = workload_from_forecast(wl, forecast, seed=opts.seed)
+        if reuse is not None:
+            wl = with_cached_tokens(wl, replace(reuse, source=f"{reuse.source}, as a rate"))
     rec = recommend(wl, profile, slo, devices=opts.max_devices, link=opts.link,
                     cost_per_device_hour=opts.cost_per_device_hour, evidence_store=store,
                     progress=progress, layouts=opts.layouts, seed=opts.seed,

@@ -2,7 +2,7 @@
 
 The figures: the workload's prompt:output token ratio and how it moves over time (analyze),
 how much a decode step slows when a prefill shares it (the profile's mixed-step factor and
-the step it adds), the KV handoff against the TBT budget, the GPU counters in the store's
+the step it adds), the prefix-cache hit rate the prefills were costed with, the KV handoff against the TBT budget, the GPU counters in the store's
 prefill-heavy and decode-heavy periods, and the last validate run's verdict.
 """
 from __future__ import annotations
@@ -44,9 +44,14 @@ def mixed_step_reason(profile: Profile, workload: pd.DataFrame, slo: Slo) -> dic
     prompt = int(np.median(workload["prompt_tokens"]))
     batch, ctx = 32, 32 * int(np.median(workload["prompt_tokens"] + workload["output_tokens"] // 2))
     alone = step(0, 0, batch, ctx)
-    mixed = step(prompt, prompt * prompt, batch, ctx, 1)
+    what = f"{prompt} tokens"
+    cached = 0
+    if "cached_tokens" in workload.columns:  # a prefix cache's share is not prefilled
+        cached = int(np.median(workload["cached_tokens"]))
+        what += f", {prompt - cached} of them not in the prefix cache"
+    mixed = step(prompt - cached, prompt * prompt - cached * cached, batch, ctx, 1)
     text = (f"a decode step of {batch} requests takes {alone * 1e3:.1f} ms alone and "
-            f"{mixed * 1e3:.1f} ms when a median prompt ({prompt} tokens) is prefilled in it "
+            f"{mixed * 1e3:.1f} ms when a median prompt ({what}) is prefilled in it "
             f"(mixed-step factor {w.mixed_factor:.2f}, {w.mixed_source}); the TBT budget is "
             f"{slo.tbt_s * 1e3:.0f} ms")
     return {"text": text, "evidence": {"decode_step_s": alone, "mixed_step_s": mixed,
@@ -54,6 +59,16 @@ def mixed_step_reason(profile: Profile, workload: pd.DataFrame, slo: Slo) -> dic
                                        "mixed_factor": w.mixed_factor,
                                        "mixed_source": w.mixed_source, "prompt_tokens": prompt,
                                        "decode_batch": batch, "tbt_budget_s": slo.tbt_s}}
+
+
+def prefix_reuse_reason(reuse: dict) -> dict:
+    """Which prefix-cache hit rate the prefills were costed with, and where it came from
+    (prefix_reuse.with_cached_tokens' attrs entry)."""
+    text = (f"prefills costed without the prompt tokens a prefix cache serves: "
+            f"{reuse['cached_share']:.0%} of prompt tokens (hit rate {reuse['hit_rate']:.1%}, "
+            f"from {reuse['detail']})")
+    return {"text": text, "evidence": {**reuse, "tokens_kept": "the KV each request holds and "
+                                       "hands off is its whole prompt's"}}
 
 
 def handoff_reason(profile: Profile, workload: pd.DataFrame, slo: Slo, layout: str) -> dict:

@@ -18,6 +18,8 @@ import pandas as pd
 
 from gpuprobe.decide import reasons as why
 from gpuprobe.decide.candidates import SIMPLER_FIRST, candidates
+from gpuprobe.decide.prefix_reuse import ATTR as REUSE
+from gpuprobe.decide.prefix_reuse import measure_reuse, model_key, with_cached_tokens
 from gpuprobe.decide.rank import rank
 from gpuprobe.decide.recommendation import Confidence, Deployment, Recommendation
 from gpuprobe.decide.search import base_rate, offered, search_candidates
@@ -53,6 +55,8 @@ def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: in
     if devices < 1:
         raise UserError(f"--devices must be at least 1, got {devices}")
     check_model(profile, wl)
+    if "cached_tokens" not in wl.columns:  # run_decision may have measured it already
+        wl = with_cached_tokens(wl, measure_reuse(wl, profile, evidence_store))
     profile = with_link(profile, link)
     cands = candidates(devices, layouts)
     if not cands:
@@ -104,15 +108,10 @@ def check_model(profile: Profile, wl: pd.DataFrame) -> None:
     if not pm or "model" not in wl.columns or wl.attrs.get("gpuprobe_format") != "recorded":
         return
     models = {str(m) for m in wl["model"].dropna().unique() if str(m)}
-    norm = {_norm(m) for m in models}
-    if models and _norm(pm) not in norm:
+    norm = {model_key(m) for m in models}
+    if models and model_key(pm) not in norm:
         raise UserError(f"--profile is of model {pm!r} but the workload was served by "
                         f"{', '.join(sorted(models))}: profile that model's server")
-
-
-def _norm(name: str) -> str:
-    name = str(name).lower().rsplit("/", 1)[-1]
-    return name[:-len("-shape")] if name.endswith("-shape") else name
 
 
 def with_link(profile: Profile, link: str | float | None) -> Profile:
@@ -174,6 +173,8 @@ def build_reasons(wl, profile, slo, best, runner, other, margin, store) -> list[
                                  "runner_up_goodput": rg, "margin": margin,
                                  "tbt_p99_s": best["tbt_p99_s"], "runner_up_tbt_p99_s": runner["tbt_p99_s"]}})
     out.append(why.mixed_step_reason(profile, wl, slo))
+    if REUSE in wl.attrs:
+        out.append(why.prefix_reuse_reason(wl.attrs[REUSE]))
     out.append(why.handoff_reason(profile, wl, slo, best["layout"] if best["layout"] != "monolithic"
                                   else (other or {}).get("layout", "cross")))
     for extra in (why.counter_reason(store), why.validate_reason(store, profile)):

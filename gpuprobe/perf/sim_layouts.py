@@ -65,7 +65,8 @@ class RawTimes:
     stats: dict
 
 
-def _sequences(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> list[SimSequence]:
+def _sequences(prompt_tokens: np.ndarray, output_tokens: np.ndarray,
+               cached_tokens: np.ndarray | None = None) -> list[SimSequence]:
     # ignore_eos: the trace says how many tokens each request produced. range(p) is a prompt
     # nobody reads the ids of (Sequence keeps it as is); one SamplingParams per length.
     # SimSequences: they can join the SimScheduler's lazy decode runs.
@@ -73,22 +74,31 @@ def _sequences(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> list[Sim
     prompts = np.maximum(np.asarray(prompt_tokens).astype(np.int64), 1).tolist()
     outputs = np.maximum(np.asarray(output_tokens).astype(np.int64), 1).tolist()
     params = {o: SamplingParams(max_tokens=o, ignore_eos=True) for o in set(outputs)}
-    return list(map(SimSequence, map(str, range(len(prompts))), map(range, prompts),
+    seqs = list(map(SimSequence, map(str, range(len(prompts))), map(range, prompts),
                     map(params.__getitem__, outputs)))
+    if cached_tokens is not None:
+        # A prefix cache's hit: the prompt's KV up to there is there before the first step,
+        # as vLLM's scheduler counts it computed; the scheduler prefills the rest (its blocks
+        # are still allocated for the whole prompt, and a preempted request recomputes all).
+        cached = np.clip(np.asarray(cached_tokens, dtype=np.int64), 0, np.asarray(prompts) - 1)
+        for seq, c in zip(seqs, cached.tolist()):
+            seq.num_computed_tokens = c
+    return seqs
 
 
 def run_layout(layout: str, arrival_s: np.ndarray, prompt_tokens: np.ndarray,
                output_tokens: np.ndarray, profile: Profile, config: LayoutConfig,
-               seed: int | None = 0) -> RawTimes:
+               seed: int | None = 0, cached_tokens: np.ndarray | None = None) -> RawTimes:
     """Simulate one layout; arrays are per request, arrival_s sorted ascending. seed: of the
     step-time noise of workers whose profile has some and of the handoffs of a link with a
-    spread (None: every step on its curve, every handoff on its line)."""
+    spread (None: every step on its curve, every handoff on its line). cached_tokens: each
+    prompt's tokens a prefix cache already holds (None: none)."""
     def rng(i: int):
         return None if seed is None else np.random.default_rng([seed, i])
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     ovh = profile.overhead
-    seqs = _sequences(prompt_tokens, output_tokens)
+    seqs = _sequences(prompt_tokens, output_tokens, cached_tokens)
     in_s = ovh.request_in_s + (ovh.split_in_s if layout != "monolithic" else 0.0)
     ready_s = (arrival_s + in_s).tolist()
     if layout == "monolithic":

@@ -4,7 +4,8 @@
     result.summary["ttft_p99_s"], result.requests["ttft_s"]
 
 workload_df columns: arrival_s (seconds from the first request), prompt_tokens,
-output_tokens. The result is deterministic for a seed: the same inputs give the same numbers
+output_tokens, and optionally cached_tokens (each prompt's tokens a prefix cache serves: the
+prefill starts after them; decide/prefix_reuse.py). The result is deterministic for a seed: the same inputs give the same numbers
 (ties keep the workload's order). The only randomness is step-time noise, which a measured
 profile carries (how much repeated steps of one shape varied) and a seeded generator draws.
 """
@@ -54,8 +55,10 @@ def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = S
                          "sorts it)")
     prompt = wl["prompt_tokens"].to_numpy()
     output = np.maximum(wl["output_tokens"].to_numpy(), 1)
+    cached = wl["cached_tokens"].to_numpy() if "cached_tokens" in wl.columns else None
     with _gc_paused():
-        raw = run_layout(layout, arrival, prompt, output, profile, config or LayoutConfig(), seed)
+        raw = run_layout(layout, arrival, prompt, output, profile, config or LayoutConfig(), seed,
+                         cached)
     tok = token_stats(raw.first_s, raw.times_s, raw.run_owner, raw.run_start, raw.run_count)
     req = per_request(arrival, raw.first_s, tok.last_s, output)
     req["tbt_max_s"] = np.where(output > 1, tok.tbt_max_s, np.nan)
@@ -67,6 +70,8 @@ def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = S
     tbt = tbt_summary(tok.gap_s, tok.gap_count, total_s)
     req.insert(0, "request_idx", wl.index.to_numpy())
     req["prompt_tokens"] = prompt
+    if cached is not None:
+        req["cached_tokens"] = cached
     summary = summarize(req, tbt, slo, num_devices(layout, config))
     summary.update(raw.stats)
     summary["layout"] = layout

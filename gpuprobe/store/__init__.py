@@ -1,5 +1,5 @@
 """The embedded SQLite store (see store.py)."""
-from gpuprobe.store.samples import Sample
+from gpuprobe.store.samples import Sample, label_dict
 from gpuprobe.store.store import Store
 
-__all__ = ["Sample", "Store"]
+__all__ = ["Sample", "Store", "label_dict"]

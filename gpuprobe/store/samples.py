@@ -24,6 +24,11 @@ class Sample(NamedTuple):
     labels: str = ""  # extra identity, e.g. "model=llama;engine=vllm"
 
 
+def label_dict(labels: str | None) -> dict[str, str]:
+    """A sample's labels text ("engine=vllm;model=llama") as a dict."""
+    return dict(part.split("=", 1) for part in (labels or "").split(";") if "=" in part)
+
+
 SAMPLE_COLUMNS = ["ts_s", "host", "source", "device", "metric", "labels", "value"]
 DOWNSAMPLE_COLUMNS = ["ts_s", "host", "device", "value_min", "value_max", "value_mean", "num_samples"]
 

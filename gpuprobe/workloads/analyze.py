@@ -47,14 +47,33 @@ def prefix_reuse(hash_ids) -> float | None:
     bound on what a prefix cache with unlimited room could reuse); None without hash ids."""
     seen: set = set()
     total = reused = 0
-    for text in hash_ids:
-        if text is None or (isinstance(text, float) and np.isnan(text)):
-            continue
-        ids = json.loads(text) if isinstance(text, str) else list(text)
+    for ids in map(_block_ids, hash_ids):
         reused += sum(1 for h in ids if h in seen)
         total += len(ids)
         seen.update(ids)
     return reused / total if total else None
+
+
+def cached_prefix_blocks(hash_ids) -> np.ndarray:
+    """Per request, how many of its leading 512-token blocks an earlier request had (what a
+    prefix cache with unlimited room serves it: a prefix cache matches whole leading blocks);
+    0 for a request without hash ids."""
+    seen: set = set()
+    out = []
+    for ids in map(_block_ids, hash_ids):
+        n = 0
+        while n < len(ids) and ids[n] in seen:
+            n += 1
+        out.append(n)
+        seen.update(ids)
+    return np.asarray(out, dtype=np.int64)
+
+
+def _block_ids(text) -> list:
+    """One request's hash_ids (JSON text or a list) as a list; [] where it has none."""
+    if text is None or (isinstance(text, float) and np.isnan(text)):
+        return []
+    return json.loads(text) if isinstance(text, str) else list(text)
 
 
 def _bucket_table(df: pd.DataFrame, bucket_s: float, tbt_s: float) -> pd.DataFrame:
