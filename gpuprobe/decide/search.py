@@ -14,6 +14,13 @@ quarter of its requests: when these alone already miss the SLO more often than t
 may, the rate fails without the rest (an overloaded run is the slowest kind, and later
 arrivals only add load to earlier requests). offered() then adds the figures at the
 workload's own rate, spread over the deployment's devices, on the whole workload.
+
+A short workload (a slice of tens of requests) caps the search: past some rate it is one
+burst (`capped`), and candidates that reach that rate all read the same goodput, a tie made
+by the workload, not by the layouts. decide_top() then searches the capped candidates again
+on the workload repeated 2, 4, 8 ... times (the same rate and mix, k times as long) until the
+first candidate is no longer capped or nothing comes within the tie band of it; a row still
+capped shows its goodput as a lower bound (">= X").
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ import pandas as pd
 
 from gpuprobe.decide.goodput import Bracket, search
 from gpuprobe.decide.predict import predict
-from gpuprobe.decide.rank import GOODPUT_TOLERANCE
+from gpuprobe.decide.rank import GOODPUT_TOLERANCE, rank
 from gpuprobe.perf.costmodel import Profile
 from gpuprobe.perf.metrics import Slo
 
@@ -34,6 +41,7 @@ SEARCH_REQUESTS = 600
 # stops there, and the row says the workload, not the candidate, set its limit (`capped`).
 STEADY = 3.0
 FINE_PRECISION = 1.1
+MAX_REPEATS = 64  # a 40-request slice repeated up to 2,560 requests
 SHOWN = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "slo_attainment",
          "throughput_tok_s", "offered_goodput_rps_per_device", "num_requests", "num_completed")
 
@@ -91,6 +99,48 @@ def search_candidates(workload: pd.DataFrame, profile: Profile, cands: list, slo
         say(f"{i + 1}/{len(cands)} {c.label}: {rows[-1]['max_goodput_rps_per_device']:.3g} "
             f"req/s/device ({len(runs)} runs on {len(small)} requests, {sum(runs):.2f} s)")
     return rows
+
+
+def decide_top(workload: pd.DataFrame, profile: Profile, cands: list, slo: Slo, rows: list[dict],
+               progress: Callable[[str], None] | None = None, seed: int | None = 0,
+               limits: dict | None = None) -> list[dict]:
+    """`rows` (search_candidates' for `cands`, in that order) with the capped ones searched
+    again on the workload repeated until the top is decided (module docstring); each row
+    says how many times its workload was repeated (`repeats`)."""
+    rows = [{**r, "repeats": r.get("repeats", 1)} for r in rows]
+    k = 1
+    while k < MAX_REPEATS and undecided(rank(rows)):
+        k *= 2
+        again = [i for i, r in enumerate(rows) if r["capped"]]
+        if progress:
+            progress(f"{len(again)} candidates reached the workload's limit (it is too short at "
+                     f"their rates): searching them again on it repeated {k} times")
+        longer = repeated(workload, k)
+        for i, r in zip(again, search_candidates(longer, profile, [cands[i] for i in again], slo,
+                                                 progress, seed, limits=limits)):
+            rows[i] = {**r, "repeats": k}
+    return rows
+
+
+def undecided(ranked: list[dict]) -> bool:
+    """Whether the first of `ranked` is capped with another candidate in its tie band: the
+    ranking then reads the workload's limit, not the layouts."""
+    top = ranked[0]
+    if not top.get("capped"):
+        return False
+    floor = top["max_goodput_rps_per_device"] * (1 - GOODPUT_TOLERANCE)
+    return any(r["max_goodput_rps_per_device"] >= floor for r in ranked[1:])
+
+
+def repeated(workload: pd.DataFrame, k: int) -> pd.DataFrame:
+    """The workload k times over, each copy starting one mean gap after the last one ends:
+    the same rate and mix, k times as long (arrival_s from 0)."""
+    t = workload["arrival_s"].to_numpy(dtype=float)
+    period = float(t[-1] - t[0]) + (float(t[-1] - t[0]) / max(len(t) - 1, 1) or 1.0)
+    out = pd.concat([workload.assign(arrival_s=t - t[0] + i * period) for i in range(k)],
+                    ignore_index=True)
+    out.attrs = dict(workload.attrs)
+    return out
 
 
 def offered(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, devices: int,

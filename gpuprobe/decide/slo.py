@@ -66,8 +66,8 @@ def slo_from_flags(slo: str | None, ttft_s: float | None, tbt_s: float | None) -
     from dataclasses import replace
     out = parse_slo(slo)
     if ttft_s is not None or tbt_s is not None:
-        out = replace(out, ttft_s=ttft_s or out.ttft_s, tbt_s=tbt_s or out.tbt_s,
-                      name=f"{out.name} (--slo-ttft/--slo-tbt)")
+        # a preset's name no longer describes the targets: the SLO is said by its figures
+        out = replace(out, ttft_s=ttft_s or out.ttft_s, tbt_s=tbt_s or out.tbt_s, name="custom")
     return out
 
 
