@@ -3,12 +3,11 @@ import importlib.util
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import streamlit as st
 
-from gpuprobe.dashboard.common import cached, missing, store_path
+from gpuprobe.dashboard.common import cached, local_time, missing, store_path
 
 st.title("Reports")
 if importlib.util.find_spec("gpuprobe.cli.commands.report") is None:
@@ -23,8 +22,8 @@ written = sorted((p for ext in ("html", "pdf") for p in Path(store_path()).paren
 if written:  # e.g. the demo's, beside its store: readable before generating anything
     st.subheader("Reports beside the store")
     for i, path in enumerate(written):
-        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(path.stat().st_mtime))
-        st.download_button(f"{path.name} ({path.stat().st_size / 2**20:.1f} MiB, written {when} UTC)",
+        when = local_time(path.stat().st_mtime, "%Y-%m-%d %H:%M %Z")
+        st.download_button(f"{path.name} ({path.stat().st_size / 2**20:.1f} MiB, written {when})",
                            path.read_bytes(), file_name=path.name, key=f"written{i}",
                            mime="application/pdf" if path.suffix == ".pdf" else "text/html")
     st.subheader("A new report")
