@@ -53,6 +53,7 @@ def gather(store, workload: str, rec_id: int | None = None,
         ev["missing"].append(("GPU counters beside served requests",
                               "gpuprobe agent --scrape http://SERVER/metrics  (while the server runs)"))
     ev["interference"] = interference(store)
+    ev["num_steps"] = int(store._conn.execute("SELECT COUNT(*) FROM steps").fetchone()[0])
     if ev["interference"] is None:
         ev["missing"].append(("measured interference (engine steps)", "gpuprobe serve --store STORE  (records steps)"))
     ev["provenance"] = _provenance(store, workload, wl)
