@@ -126,8 +126,9 @@ def stage_forecast(run: Run, store) -> None:
 
 def stage_recommend(run: Run, store) -> None:
     s = run.settings
-    t = stage(f"recommend a layout for the replayed slice on 2 devices (SLO TTFT p99 <= {s.slo_ttft_s:g} s, "
-              f"TBT <= {s.slo_tbt_s * 1000:.0f} ms); candidates ranked by goodput per GPU (the one rule)")
+    t = stage(f"recommend a layout for the replayed slice on 2 devices (SLO: 90% of requests with a first "
+              f"token within {s.slo_ttft_s:g} s and a token every {s.slo_tbt_s * 1000:.0f} ms); candidates "
+              f"ranked by goodput per GPU (the one rule), weighed against the validate just run")
     if run.profile is None:
         return skipped(run, "recommend", "(no profile: the profile stage failed)")
     before = len(store.recommendations())
@@ -143,11 +144,15 @@ def stage_recommend(run: Run, store) -> None:
 
 def stage_validate(run: Run, store) -> None:
     s = run.settings
+    # the slice and SLO recommend weighs next (the first N requests at the same lengths and mean
+    # rate), so its measured best layout answers the same question the recommendation does
     t = stage(f"validate: measure {s.validate_layouts.replace(',', ', ')} on the reference server "
-              f"({VALIDATE_MODEL}, {s.validate_requests} requests, one replay) against the predictions")
+              f"({VALIDATE_MODEL}, the first {s.requests} requests at {s.rate_rps:g} req/s, lengths "
+              f"x{s.token_scale:g}, one replay) against the predictions")
     plot = run.out / "validate.html"
     argv = ["--workload", REPLAYED, "--model", VALIDATE_MODEL, "--layouts", s.validate_layouts,
-            "--limit", s.validate_requests, "--replays", 1, "--no-interleave", "--no-speed-probe",
+            "--limit", s.requests, "--rate", s.rate_rps, "--token-scale", s.token_scale,
+            "--replays", 1, "--no-interleave", "--no-speed-probe",
             "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s, "--plot", plot]
     if has_command("validate", "--budget"):
         argv += ["--budget", s.validate_budget]
