@@ -131,3 +131,22 @@ def test_no_layout_meeting_the_slo_is_a_json_answer_and_exit_3(tmp_path, capsys)
     assert out["decision"].startswith("No layout meets the SLO") and "comes closest" in out["decision"]
     with Store.open(db) as store:
         assert store.recommendations().empty
+
+
+def test_a_validate_on_the_same_workload_naming_another_layout_lowers_confidence(tmp_path):
+    from gpuprobe.decide.reasons import validate_reason
+    from gpuprobe.decide.recommend import confidence
+    body = {"summary": {"monolithic": {"slo_attainment_measured": 0.7}, "intra": {"slo_attainment_measured": 0.95}},
+            "rows": []}
+    with Store.open(tmp_path / "s.db") as store:
+        store.insert_validation({"workload": "w", "best_measured": "intra", "best_predicted": "monolithic",
+                                 "body": body})
+        same = validate_reason(store, H200, "w", "monolithic")
+        other = validate_reason(store, H200, "another", "monolithic")  # falls back to the last run
+    assert same["evidence"]["same_workload"] and same["evidence"]["agrees"] is False
+    assert not other["evidence"]["same_workload"]
+    base = confidence(H200, 0.3, [])
+    low = confidence(H200, 0.3, [same])
+    assert low.value == pytest.approx(base.value * 0.6) and low.word == "low"
+    assert "measured intra best: 95% of requests within the SLO, against monolithic's 70%" in low.basis
+    assert confidence(H200, 0.3, [other]).value == base.value  # another workload's run: not weighed

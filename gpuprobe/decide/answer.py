@@ -120,8 +120,17 @@ def margin_words(rec, best: dict | None, other: dict | None) -> str:
     if m is None:
         return f"against {name}, which met the SLO at no rate" if og <= 0 else f"against {name}"
     if m < 0.05:
-        return f"tied on goodput with {name} (within the search's 5%), ahead on p99 TBT or simplicity"
+        return f"tied on goodput with {name} (within the search's 5%) and chosen {_tie_break(best, other)}"
     return f"{'at least ' if capped else ''}{m:.0%} more than {name}"
+
+
+def _tie_break(best: dict | None, other: dict) -> str:
+    """Why the chosen one wins a goodput tie: the rank rule's next keys, said with figures."""
+    from gpuprobe.perf.metrics import TBT_TOLERANCE
+    t, u = ((c or {}).get("tbt_p99_s") for c in (best, other))
+    if _finite(t) and _finite(u) and t < u / (1 + TBT_TOLERANCE):
+        return f"for its lower p99 time between tokens ({_dur(t)} against {_dur(u)})"
+    return "as the simpler layout to run"
 
 
 def margin_over_other(rec, other: dict | None) -> float | None:
