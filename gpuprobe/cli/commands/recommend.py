@@ -17,12 +17,13 @@ def add_arguments(p) -> None:
                    help="stored workload, trace file, or azure-conv / azure-code (bundled)")
     p.add_argument("--profile", metavar="FILE", help="profile JSON (gpuprobe profile)")
     p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
-                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tbt_p99=100ms,attain=0.9 "
+                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tpot_p90=100ms,attain=0.9 "
                         "(default chat)")
     p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
                    help="TTFT target, s (overrides --slo's)")
-    p.add_argument("--slo-tbt", type=positive_float, default=None, metavar="S",
-                   help="per-request mean TBT target, s (overrides --slo's)")
+    p.add_argument("--slo-tpot", "--slo-tbt", dest="slo_tbt", type=positive_float, default=None,
+                   metavar="S", help="TPOT target: each request's mean time per output token, "
+                                     "s (overrides --slo's; --slo-tbt: older name)")
     p.add_argument("--devices", type=nonneg_int, default=2, metavar="N",
                    help="devices the deployment has; cross xPyD fits within them (default 2)")
     p.add_argument("--layouts", default="monolithic,intra,cross",
