@@ -60,9 +60,10 @@ def test_the_sentence_names_the_best_other_layout_the_slo_and_the_cost():
 
 
 def test_slo_in_words_reads_its_fields():
-    s = parse_slo("ttft_p99=2s,tbt_p99=100ms,attain=0.95")
+    s = parse_slo("ttft_p99=2s,tpot_p90=100ms,itl_p99=50ms,attain=0.95")
     assert slo_words(s) == ("95% of requests get a first token within 2 s and then a token every 100 ms on "
-                            "average; first token at p99 within 2 s, time between tokens at p99 within 100 ms")
+                            "average; first token at p99 within 2 s, time per output token at p90 within "
+                            "100 ms, every gap between tokens at p99 within 50 ms")
 
 
 def test_a_validate_that_measured_another_layout_best_is_said_with_both_figures():

@@ -132,14 +132,19 @@ def stage_recommend(run: Run, store) -> None:
     if run.profile is None:
         return skipped(run, "recommend", "(no profile: the profile stage failed)")
     before = len(store.recommendations())
-    gpuprobe(run, "recommend", "--workload", REPLAYED, "--profile", run.profile, "--devices", 2,
-             "--limit", s.requests, "--token-scale", s.token_scale, "--rate", s.rate_rps,
-             "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s)
+    gpuprobe(run, "recommend", *recommend_argv(s, run.profile))
     recs = store.recommendations()
     if len(recs) > before:
         run.recommendation = int(recs["pk"].max())
         run.made["recommendation"] = f"id {run.recommendation} in the store"
     done(t)
+
+
+def recommend_argv(s, profile) -> list:
+    """The demo's question to `gpuprobe recommend`: the replayed slice on 2 devices."""
+    return ["--workload", REPLAYED, "--profile", profile, "--devices", 2, "--limit", s.requests,
+            "--token-scale", s.token_scale, "--rate", s.rate_rps, "--slo-ttft", s.slo_ttft_s,
+            "--slo-tpot", s.slo_tbt_s]
 
 
 def stage_validate(run: Run, store) -> None:
@@ -153,7 +158,7 @@ def stage_validate(run: Run, store) -> None:
     argv = ["--workload", REPLAYED, "--model", VALIDATE_MODEL, "--layouts", s.validate_layouts,
             "--limit", s.requests, "--rate", s.rate_rps, "--token-scale", s.token_scale,
             "--replays", 1, "--no-interleave", "--no-speed-probe",
-            "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s, "--plot", plot]
+            "--slo-ttft", s.slo_ttft_s, "--slo-tpot", s.slo_tbt_s, "--plot", plot]
     if has_command("validate", "--budget"):
         argv += ["--budget", s.validate_budget]
     if gpuprobe(run, "validate", *argv) == 0:

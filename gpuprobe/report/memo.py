@@ -94,8 +94,7 @@ def memo(ev: dict) -> dict:
     rows.append(_row(f"Devices that serve the decided load ({rate:.3g} req/s) within the SLO", d_b, d_r, "",
                      "n/a" if d_lo is None else f"{d_r} across the goodput bracket" if d_lo == d_r
                      else f"{d_lo}-{d_r} across the goodput bracket"))
-    c_b, c_r = (cost_per_million(price, c.get("max_goodput_rps_per_device"), mean_out) if c and price
-                else None for c in (base, best))
+    c_b, c_r = (priced(c, price, rec, mean_out) if c and price else None for c in (base, best))
     basis = (f"${price:g} per device-hour, as given" if ev.get("cost_per_device_hour")
              else rec.cost_basis or "price given")
     rows.append(_row("Cost per million output tokens", c_b, c_r, "$",
@@ -108,6 +107,18 @@ def memo(ev: dict) -> dict:
             "baseline_why": _baseline_why(base, best, ev.get("current_layout"), bool(rec.applied_s)),
             "error_note": _error_note(err_best, err_base, ((ev.get("validation") or {}).get("body") or {}).get("model")),
             "partial": bool(ev["missing"])}
+
+
+def priced(c: dict, price: float | None, rec, mean_out: float) -> float | None:
+    """A candidate's $ per million output tokens at `price`: its stored cost rescaled (the
+    cost is proportional to the price, and the stored one counts the decided slice's output
+    lengths), else from its goodput and `mean_out`."""
+    stored = c.get("cost_per_million_output_tokens")
+    if not price:
+        return stored
+    if stored is not None and rec.cost_per_device_hour:
+        return stored * price / rec.cost_per_device_hour
+    return cost_per_million(price, c.get("max_goodput_rps_per_device"), mean_out)
 
 
 def _validation_for_answer(ev: dict) -> dict | None:

@@ -190,16 +190,17 @@ def _counters(df) -> list[dict]:
 
 
 def _cands(cands: list, ev: dict, m: dict) -> list[dict]:
-    from gpuprobe.decide.prices import cost_per_million
-    from gpuprobe.report.memo import _fmt
+    from gpuprobe.report.memo import _fmt, priced
+    rec = ev["recommendation"]
     price = ev.get("cost_per_device_hour")
     mean_out = float(np.mean(ev["lengths"]["output"]))
     out = []
     for c in cands:
         a = c.get("at_goodput") or {}
-        cost = (cost_per_million(price, c.get("max_goodput_rps_per_device"), mean_out) if price
-                else c.get("cost_per_million_output_tokens"))
-        out.append({"label": c.get("label", c.get("layout")), "goodput": _fmt(c.get("max_goodput_rps_per_device"), "req/s"),
+        cost = priced(c, price, rec, mean_out)
+        goodput = _fmt(c.get("max_goodput_rps_per_device"), "req/s")
+        out.append({"label": c.get("label", c.get("layout")),
+                    "goodput": (">= " if c.get("capped") else "") + goodput,  # the workload's limit, not the layout's
                     "ttft": _fmt(a.get("ttft_p99_s"), "s"), "tbt": _fmt(a.get("tbt_p99_s"), "s"),
                     "att": f"{a['slo_attainment']:.0%}" if a.get("slo_attainment") is not None else "n/a",
                     "cost": _fmt(cost, "$")})
