@@ -165,14 +165,14 @@ UNITS = {"prefill_tokens_per_s": "tokens/s", "decode_tokens_per_s": "tokens/s", 
          "prompt_length": "tokens", "output_length": "tokens", "share": "prefill share of tokens, 0-1"}
 
 
-def candidates_figure(candidates: list[dict], chosen: str, slo_ttft_s: float, slo_tbt_s: float) -> go.Figure:
+def candidates_figure(candidates: list[dict], chosen: str, slo_ttft_s: float, slo_tpot_s: float) -> go.Figure:
     """Goodput per device against TTFT p99 and against the time between tokens (p99 of every
     gap) at each candidate's goodput: a point per candidate, the chosen one marked, the SLO's
     targets (TTFT; TPOT, a request's mean gap) as dashed lines."""
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.06,
                         subplot_titles=("against TTFT p99", "against time between tokens p99"))
     rows = [c for c in candidates if (c.get("max_goodput_rps_per_device") or 0) > 0]
-    for col, key, target in ((1, "ttft_p99_s", slo_ttft_s), (2, "tbt_p99_s", slo_tbt_s)):
+    for col, key, target in ((1, "ttft_p99_s", slo_ttft_s), (2, "tbt_p99_s", slo_tpot_s)):
         for is_chosen in (False, True):
             part = [c for c in rows if (c.get("label") == chosen) == is_chosen]
             x = [((c.get("at_goodput") or {}).get(key) or np.nan) * 1e3 for c in part]

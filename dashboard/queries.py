@@ -170,7 +170,8 @@ def answer(store, rec_id: int) -> dict:
     """The recommendation `rec_id` in words (gpuprobe.decide.answer, with the last validate
     on its workload), and the drift warning when the server no longer runs it after Apply:
     {rec, answer, drift}."""
-    from gpuprobe.decide.answer import answer as words, last_validation
+    from gpuprobe.decide.answer import answer as words
+    from gpuprobe.decide.validate_evidence import last_validation
     from gpuprobe.decide.drift import drift_warning
     rec = load_recommendation(store, rec_id)
     return {"rec": rec, "answer": words(rec, last_validation(store, rec.workload_name)),
@@ -209,7 +210,7 @@ def slo_ms(store) -> tuple[float | None, float | None]:
         rec = latest_recommendation(store)
     except UserError:
         rec = None
-    return (None, None) if rec is None else (rec.slo.ttft_s * 1e3, rec.slo.tbt_s * 1e3)
+    return (None, None) if rec is None else (rec.slo.ttft_s * 1e3, rec.slo.tpot_s * 1e3)
 
 
 def slo_tbt_s(rec: Recommendation | None) -> float | None:

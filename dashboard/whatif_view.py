@@ -34,7 +34,7 @@ def show_what_if(rec) -> None:
     with st.form("what-if"):
         c = st.columns(5)
         ttft = c[0].number_input("TTFT target (s)", min_value=0.001, value=float(rec.slo.ttft_s), format="%.3f")
-        tbt = c[1].number_input("TPOT target (s)", min_value=0.001, value=float(rec.slo.tbt_s), format="%.3f")
+        tbt = c[1].number_input("TPOT target (s)", min_value=0.001, value=float(rec.slo.tpot_s), format="%.3f")
         devices = c[2].number_input("Devices", min_value=1, max_value=64, value=int(rec.max_devices or 1))
         gpu = c[3].selectbox("GPU", [MEASURED, *GPUS], help="measured: the profile the recommendation used; "
                              "a GPU: `gpuprobe profile --spec`'s datasheet profile of the model shape below")
@@ -53,5 +53,5 @@ def show_what_if(rec) -> None:
         st.warning(why)
         return
     st.markdown(md(answer(new).decision))
-    st.plotly_chart(candidates_figure(list(new.candidates), new.label, new.slo.ttft_s, new.slo.tbt_s),
+    st.plotly_chart(candidates_figure(list(new.candidates), new.label, new.slo.ttft_s, new.slo.tpot_s),
                     key="what-if-chart", width="stretch")

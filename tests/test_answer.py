@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 
 from gpuprobe.cli.main import main
-from gpuprobe.decide.answer import answer, compare_validation, slo_words
+from gpuprobe.decide.answer import answer, slo_words
 from gpuprobe.decide.drift import drift_warning, runs
 from gpuprobe.decide.prices import device_price
 from gpuprobe.decide.recommendation import Confidence, Deployment, Recommendation
 from gpuprobe.decide.slo import parse_slo
+from gpuprobe.decide.validate_evidence import compare_validation
 from gpuprobe.perf.metrics import Slo
 from gpuprobe.perf.roofline import roofline_profile
 from gpuprobe.store import Store

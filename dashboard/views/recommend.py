@@ -68,7 +68,7 @@ if rec is not None:
     if not cands:
         st.info("This recommendation stored no candidates.")
     else:
-        st.plotly_chart(candidates_figure(cands, rec.label, rec.slo.ttft_s, rec.slo.tbt_s),
+        st.plotly_chart(candidates_figure(cands, rec.label, rec.slo.ttft_s, rec.slo.tpot_s),
                         key="cands", width="stretch")
         st.dataframe(pd.DataFrame([_row(i, c) for i, c in enumerate(cands, 1)]), hide_index=True)
         if any(c.get("capped") for c in cands):

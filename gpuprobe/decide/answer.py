@@ -2,7 +2,7 @@
 the CLI (`recommend`'s `decision`), the dashboard's Overview and Recommend pages and the
 report's page one.
 
-    a = answer(rec, validation=last_validation(store, rec.workload_name))
+    a = answer(rec, validation=last_validation(store, rec.workload_name))  # validate_evidence
     a.decision      # the sentence: layout, devices, goodput per device, SLO, margin, cost
     a.margin, a.slo, a.confidence, a.cost, a.changes, a.evidence, a.risk, a.next_step
     a.caveats       # figures the profile assumed (KV bytes 0, a default mixed-step factor)
@@ -11,11 +11,11 @@ Plain words first; flag names and JSON stay in `details` (the pages' "details").
 """
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field, fields
 
+from gpuprobe.decide.validate_evidence import compare_validation, duration_words
 from gpuprobe.errors import UserError
+from gpuprobe.units import finite_number
 
 
 @dataclass(frozen=True)
@@ -128,8 +128,8 @@ def _tie_break(best: dict | None, other: dict) -> str:
     """Why the chosen one wins a goodput tie: the rank rule's next keys, said with figures."""
     from gpuprobe.perf.metrics import TBT_TOLERANCE
     t, u = ((c or {}).get("tbt_p99_s") for c in (best, other))
-    if _finite(t) and _finite(u) and t < u / (1 + TBT_TOLERANCE):
-        return f"for its lower p99 time between tokens ({_dur(t)} against {_dur(u)})"
+    if finite_number(t) and finite_number(u) and t < u / (1 + TBT_TOLERANCE):
+        return f"for its lower p99 time between tokens ({duration_words(t)} against {duration_words(u)})"
     return "as the simpler layout to run"
 
 
@@ -148,19 +148,22 @@ def _label(c: dict) -> str:
 
 def slo_words(slo) -> str:
     """The SLO's fields in words (a field this code does not know is named as it is)."""
-    words = (f"{slo.attain:.0%} of requests get a first token within {_dur(slo.ttft_s)} and then "
-             f"a token every {_dur(slo.tbt_s)} on average")
+    tpot = slo.tpot_s
+    words = (f"{slo.attain:.0%} of requests get a first token within {duration_words(slo.ttft_s)} and then "
+             f"a token every {duration_words(tpot)} on average")
     extra = []
-    for name, pct in (("first token", slo.ttft_pct), ("time between tokens", slo.tbt_pct)):
-        if pct is not None:
-            extra.append(f"{name} at p{pct} within "
-                         f"{_dur(slo.ttft_s if name == 'first token' else slo.tbt_s)}")
-    known = {"ttft_s", "tbt_s", "attain", "ttft_pct", "tbt_pct", "name"}
-    for f in fields(slo):  # targets a newer Slo holds (ITL, ...), named by their field
+    if slo.ttft_pct is not None:
+        extra.append(f"first token at p{slo.ttft_pct} within {duration_words(slo.ttft_s)}")
+    if getattr(slo, "tpot_pct", None) is not None:
+        extra.append(f"time per output token at p{slo.tpot_pct} within {duration_words(tpot)}")
+    if getattr(slo, "itl_s", None) is not None:
+        extra.append(f"every gap between tokens at p{slo.itl_pct} within {duration_words(slo.itl_s)}")
+    known = {"ttft_s", "tpot_s", "attain", "ttft_pct", "tpot_pct", "itl_s", "itl_pct", "name"}
+    for f in fields(slo):  # targets a newer Slo holds, named by their field
         v = getattr(slo, f.name)
         if f.name not in known and f.name.endswith("_s") and isinstance(v, (int, float)):
             pct = getattr(slo, f.name[:-2] + "_pct", None)
-            extra.append(f"{f.name[:-2].upper()}{f' at p{pct}' if pct else ''} within {_dur(v)}")
+            extra.append(f"{f.name[:-2].upper()}{f' at p{pct}' if pct else ''} within {duration_words(v)}")
     return words + ("; " + ", ".join(extra) if extra else "")
 
 
@@ -245,96 +248,8 @@ def next_step(rec, ev: dict | None) -> str:
     return "Switch one server to it, then compare what it measures with this prediction after an hour."
 
 
-def last_validation(store, workload: str | None) -> dict | None:
-    """The newest validate run on `workload` (None: on any): {created_s, workload,
-    best_measured, best_predicted, bar_met, body}, or None."""
-    try:
-        v = store.validations(workload) if workload else store.validations()
-    except Exception:  # noqa: BLE001 - an older store without the table: nothing to compare
-        return None
-    if v is None or v.empty:
-        return None
-    last = v.iloc[-1]
-    body = last.get("body")
-    body = json.loads(body) if isinstance(body, str) else (body or {})
-    return {"created_s": float(last.get("created_s") or 0), "workload": last.get("workload"),
-            "best_measured": last.get("best_measured"), "best_predicted": last.get("best_predicted"),
-            "bar_met": last.get("bar_met"), "device": last.get("device"), "body": body}
-
-
-def compare_validation(layout: str, v: dict) -> dict:
-    """{agrees, text}: the validate run's measured best layout against `layout`, with both
-    figures (SLO attainment, then p99 TBT: validate's order for 'best')."""
-    best = v.get("best_measured")
-    body = v.get("body") or {}
-    w = body.get("workload") or {}
-    said = [f"{body['model']} model"] if body.get("model") else []
-    if w.get("replayed_requests") or w.get("num_requests"):
-        said.append(f"{w.get('replayed_requests') or w.get('num_requests')} requests")
-    if w.get("token_scale"):
-        said.append(f"lengths x{w['token_scale']:g}")
-    where = f"the last validate on {v.get('workload') or 'this workload'}"
-    where += f" ({', '.join(said)})" if said else ""
-    if not best:
-        return {"agrees": None, "text": f"{where} measured no best layout"}
-    mine, theirs = measured(body, layout), measured(body, best)
-    if len(body.get("summary") or {}) == 1:  # one layout measured is no comparison
-        return {"agrees": None, "text": f"{where} measured only {best} ({_fig(theirs)})"}
-    if best == layout:
-        fig = f": {_fig(mine)}" if mine else ""
-        return {"agrees": True, "text": f"{where} measured {best} best too{fig}"}
-    if mine is None:
-        return {"agrees": False, "text": f"{where} measured {best} best ({_fig(theirs)}) and did not "
-                                         f"measure {layout}"}
-    return {"agrees": False, "text": f"{where} measured {best} best: {_fig(theirs)}, against "
-                                     f"{layout}'s {_fig(mine)}{_by(theirs, mine)}"}
-
-
-def measured(body: dict, layout: str) -> dict | None:
-    """A layout's measured SLO attainment and p99 TBT in a validate result, or None."""
-    s = (body.get("summary") or {}).get(layout)
-    rows = {r.get("metric"): r.get("measured") for r in body.get("rows") or []
-            if isinstance(r, dict) and r.get("layout") == layout}
-    if not s and not rows:
-        return None
-    return {"attain": (s or {}).get("slo_attainment_measured"), "tbt_p99_s": rows.get("tbt_p99_s"),
-            "ttft_p99_s": rows.get("ttft_p99_s")}
-
-
-def _fig(m: dict | None) -> str:
-    if not m:
-        return "not measured"
-    parts = []
-    if _finite(m.get("attain")):
-        parts.append(f"{m['attain']:.0%} of requests within the SLO")
-    if _finite(m.get("tbt_p99_s")):
-        parts.append(f"p99 TBT {_dur(m['tbt_p99_s'])}")
-    return ", ".join(parts) or "no figures"
-
-
-def _by(best: dict | None, mine: dict | None) -> str:
-    """How much the measured best was ahead: attainment points, else p99 TBT."""
-    if not best or not mine:
-        return ""
-    a, b = best.get("attain"), mine.get("attain")
-    if _finite(a) and _finite(b) and abs(a - b) >= 0.005:
-        return f" ({(a - b) * 100:+.0f} points of attainment)"
-    t, u = best.get("tbt_p99_s"), mine.get("tbt_p99_s")
-    if _finite(t) and _finite(u) and u > 0:
-        return f" (p99 TBT {(t - u) / u:+.0%})"
-    return ""
-
-
 def _best_row(rec) -> dict | None:
     return next((c for c in rec.candidates if c.get("label") == rec.label), None)
-
-
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and math.isfinite(v)
-
-
-def _dur(s: float) -> str:
-    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.3g} s"
 
 
 class NoLayoutMeets(UserError):
@@ -357,11 +272,11 @@ def infeasible(ranked: list[dict], slo) -> dict:
     over = []
     for key, target, name in (("ttft_p99_s", slo.ttft_s, "TTFT p99"), ("tbt_p99_s", slo.tbt_s, "TBT p99")):
         v = a.get(key)
-        if _finite(v):
+        if finite_number(v):
             short[key] = v
             short[f"{key[:-2]}_over_target"] = v / target - 1
             if v > target:
-                over.append(f"{name} {_dur(v)} against {_dur(target)} ({v / target - 1:+.0%})")
+                over.append(f"{name} {duration_words(v)} against {duration_words(target)} ({v / target - 1:+.0%})")
     text = (f"No layout meets the SLO ({slo_words(slo)}) at any rate: {closest['label']} comes closest, "
             f"with {att:.0%} of requests within it at the lowest rate tried (target {slo.attain:.0%})"
             + (f"; {', '.join(over)}" if over else "") + ".")

@@ -21,6 +21,9 @@ def runs(deployment, current: dict | None) -> bool:
     want = layout_body(deployment)
     if current["layout"] != want["layout"]:
         return False
+    for name in ("num_prefill", "num_decode"):  # cross xPyD, where the server says its counts
+        if name in want and current.get(name) is not None and int(current[name]) != want[name]:
+            return False
     if "prefill_share" in want:
         have = current.get("prefill_share")
         return have is not None and abs(float(have) - want["prefill_share"]) <= SHARE_TOLERANCE

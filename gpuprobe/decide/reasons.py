@@ -120,7 +120,7 @@ def validate_reason(store, profile: Profile, workload: str | None = None,
     this profile, else the last of all. With `layout` (the chosen one), whether that run
     measured it best, with both figures (`agrees`, `comparison`; same_workload says whether
     the run was on this workload, the only case the confidence weighs a disagreement)."""
-    from gpuprobe.decide.answer import compare_validation, last_validation
+    from gpuprobe.decide.validate_evidence import compare_validation, last_validation
     if store is None:
         return None
     last = last_validation(store, workload) if workload else None

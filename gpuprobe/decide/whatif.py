@@ -1,7 +1,7 @@
 """What if: the decision again for a stored recommendation's workload slice with another SLO,
 device count, GPU or price (the dashboard's Recommend page). Not stored.
 
-    rec2 = what_if(store, rec, WhatIfInputs(ttft_s=1.0, tbt_s=0.2, devices=4, gpu="h100"))
+    rec2 = what_if(store, rec, WhatIfInputs(ttft_s=1.0, tpot_s=0.2, devices=4, gpu="h100"))
 
 GPU what-ifs take `profile --spec`'s profile (gpuprobe.perf.roofline.roofline_profile) of a
 model shape; "measured" takes the profile the recommendation was made with, from the store.
@@ -19,7 +19,7 @@ MEASURED = "measured"  # the gpu choice that keeps the recommendation's own prof
 @dataclass(frozen=True)
 class WhatIfInputs:
     ttft_s: float
-    tbt_s: float
+    tpot_s: float
     devices: int
     gpu: str = MEASURED              # MEASURED or a roofline preset: h200, h100, a100, l40s
     model_shape: str = "llama3-8b"   # the roofline's model shape, for a GPU what-if
@@ -37,7 +37,7 @@ def what_if(store, rec, inputs: WhatIfInputs):
     if not w.get("name"):
         raise UserError(f"recommendation {rec.id} names no workload to ask again about")
     wl = load_workload(store, w["name"])
-    slo = replace(rec.slo, ttft_s=float(inputs.ttft_s), tbt_s=float(inputs.tbt_s), name="what-if")
+    slo = replace(rec.slo, ttft_s=float(inputs.ttft_s), tpot_s=float(inputs.tpot_s), name="what-if")
     opts = DecisionOptions(
         max_devices=int(inputs.devices), cost_per_device_hour=inputs.price,
         what_if=WhatIf(rate=w.get("rate_rps"), prompt_scale=float(w.get("prompt_scale") or 1.0),
