@@ -98,8 +98,8 @@ if rec is not None:
     servers = cached("server_urls")
     with st.form("apply"):
         target = st.text_input("Server URL", value=st.session_state.get(
-            "apply_target", servers[0] if servers else "http://127.0.0.1:8000"),
-            help="the servers this store recorded: " + (", ".join(servers) or "none"))
+            "apply_target", servers[0] if servers else "http://127.0.0.1:8000"))
+        st.caption("Servers this store recorded, newest first: " + (", ".join(servers) or "none yet"))
         token = st.text_input("Admin token", type="password")
         sure = st.checkbox(f"Yes, switch this server to {rec.label}")
         go = st.form_submit_button("Apply", type="primary")
