@@ -119,7 +119,9 @@ def mix_figure(buckets: pd.DataFrame, change_points_s: list, title: str) -> go.F
     for cp in change_points_s:
         for row in (1, 2, 3):
             fig.add_vline(x=cp, line={"color": SWITCH_COLOR, "dash": "dot"}, row=row, col=1)
-    fig.update_yaxes(range=[0, 1], row=1, col=1)
+    fig.update_yaxes(range=[0, 1], title_text="share (0-1)", row=1, col=1)
+    fig.update_yaxes(title_text="tokens/s", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(title_text="requests/s", rangemode="tozero", row=3, col=1)
     fig.update_xaxes(title_text="seconds from the first request", row=3, col=1)
     fig.update_layout(title=title, height=620, margin={"l": 50, "r": 10, "t": 70, "b": 40},
                       legend={"orientation": "h", "y": -0.12})
