@@ -113,8 +113,8 @@ def test_a_short_workload_raises_the_search_cap_until_the_top_is_decided(tmp_pat
     from gpuprobe.decide.rank import rank
     from gpuprobe.decide.recommend import recommend
     from gpuprobe.decide.search import undecided
-    rec = recommend(_short(), H200, parse_slo("chat"), devices=1, layouts=("monolithic",))
-    assert rec.search["repeats"] > 1  # 24 requests are one burst at an H200's rates
+    rec = recommend(_short(12), H200, parse_slo("chat"), devices=1, layouts=("monolithic",))
+    assert rec.search["repeats"] > 1  # 12 requests are one burst at an H200's rates
     assert not undecided(rank([dict(c) for c in rec.candidates]))
     assert rec.cost_assumed and rec.cost_per_million_output_tokens > 0 and "H200" in rec.cost_basis
 

@@ -263,11 +263,11 @@ def test_what_if_asks_again_for_another_gpu_and_draws_each_candidate(filled, mon
     at = page("recommend", filled, monkeypatch)
     gpu = next(s for s in at.selectbox if s.label == "GPU")
     gpu.set_value("h100")
-    next(n for n in at.number_input if n.label == "Devices").set_value(2)
+    next(n for n in at.number_input if n.label == "TTFT target (s)").set_value(0.5)
     button(at, "Ask again").click().run(timeout=120)
     assert not at.exception
     said = texts(at.markdown)
-    assert said.count("Run ") >= 2 and "on 2 devices" in said  # the stored answer, then the what-if's
+    assert said.count("Run ") >= 2 and "a first token within 500 ms" in said  # the stored answer, then the what-if's
     chart = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "what-if" in c.proto.id][0]
     chosen = [t for t in chart["data"] if t["name"] == "chosen"]
     assert len(chosen) == 2 and all(len(t["x"]) == 1 for t in chosen)  # marked on both panels
