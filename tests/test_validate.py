@@ -17,7 +17,8 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     import pandas as pd
 
     from gpuprobe.perf.metrics import Slo
-    from gpuprobe.validate.run import ValidateOptions, run_validate
+    from gpuprobe.validate.options import ValidateOptions
+    from gpuprobe.validate.run import run_validate
     from gpuprobe.validate.verdict import COMPARED
     from gpuprobe.workloads.loading import bundled_trace
     raw = pd.read_csv(bundled_trace("azure-conv"), nrows=40)
