@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuprobe.cli.main import main
+from cli_run import run_cli as cli
 from gpuprobe.decide.candidates import Candidate, candidates
 from gpuprobe.decide.rank import rank
 from gpuprobe.decide.recommend import recommend
@@ -19,15 +19,6 @@ from gpuprobe.workloads.synth import synthesize
 
 pytestmark = pytest.mark.timeout(180)
 H200 = roofline_profile("llama3-8b", "h200")
-
-
-def cli(capsys, *argv):
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def _synth(prompt: int, output: int, rate: float = 4.0, n: int = 300) -> pd.DataFrame:

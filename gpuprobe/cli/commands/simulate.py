@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.cli.argtypes import nonneg_int, positive_float, positive_int
+from gpuprobe.argtypes import nonneg_int, positive_float, positive_int
+from gpuprobe.cli.flags import add_slo_flags
 
 NAME = "simulate"
 HELP = "simulate a workload through layouts with a cost-model profile (no server needed)"
@@ -19,13 +20,7 @@ def add_arguments(p) -> None:
                    help="first N requests only (default: all)")
     p.add_argument("--speed", type=positive_float, default=1.0,
                    help="arrival rate multiplier (default 1)")
-    p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
-                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tbt=100ms,attain=0.9 "
-                        "(default chat: TTFT 2 s, TBT 0.1 s, 90%%)")
-    p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
-                   help="TTFT SLO, s (default 2), overriding --slo's")
-    p.add_argument("--slo-tbt", type=positive_float, default=None, metavar="S",
-                   help="per-request mean TBT SLO, s (default 0.1), overriding --slo's")
+    add_slo_flags(p)
     p.add_argument("--token-scale", type=positive_float, default=1.0, metavar="F",
                    help="scale prompt and output lengths (default 1)")
     p.add_argument("--max-num-seqs", type=positive_int, default=None, metavar="N",
