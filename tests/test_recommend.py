@@ -103,7 +103,11 @@ def test_cli_json_stores_and_what_if(capsys, tmp_path):
     for key in ("id", "layout", "params", "max_goodput_rps_per_device", "candidates", "margin",
                 "confidence", "reasons", "slo", "profile", "workload", "cost_per_million_output_tokens"):
         assert key in rec, key
-    assert rec["layout"] in ("monolithic", "intra", "cross") and 0 < rec["confidence"]["value"] <= 1
+    # the H200 roofline serves these 800-token prompts best with chunked prefill (24.5 req/s per
+    # device against 23.1 at 2048-token chunks and 21.9 for cross 1P1D); a spec-sheet profile
+    # is never trusted highly
+    assert rec["label"] == "monolithic chunked 512" and rec["params"]["chunked_prefill_tokens"] == 512
+    assert rec["confidence"]["word"] == "low" and rec["confidence"]["basis"].startswith("profile not (fully) measured")
     assert all({"text", "evidence"} <= set(r) for r in rec["reasons"])
     with Store.open(db) as store:
         row = store.recommendation(rec["id"])
