@@ -31,7 +31,7 @@ ENGINE_PANELS = (("num_requests_running", "engine", "Engine: requests running", 
                  ("ttft_p99_s", "engine", "Engine: TTFT p99", 1e3, "ms"),
                  ("itl_p99_s", "engine", "Engine: TBT (ITL) p99", 1e3, "ms"))
 ALERT_KINDS = ("gpu_lost", "samples_dropped")
-DEFAULT_TBT_SLO_S = Slo().tbt_s  # the alert's target when no recommendation names one
+DEFAULT_TBT_SLO_S = Slo().tpot_s  # the alert's target when no recommendation names one
 
 
 def _locked(fn):

@@ -36,6 +36,8 @@ positive_float = _checked(float, "a number", lambda v: v > 0, "must be above 0")
 nonneg_float = _checked(float, "a number", lambda v: v >= 0, "must not be negative")
 fraction = _checked(float, "a number", lambda v: 0 < v < 1,  # a share of a device
                     "must be between 0 and 1 (exclusive)")
+share_of_whole = _checked(float, "a number", lambda v: 0 < v <= 1,  # up to all of it
+                          "must be above 0 and at most 1")
 port = _checked(int, "a port number", lambda v: 0 <= v <= 65535, "must be 0-65535")
 
 

@@ -30,9 +30,10 @@ def _synth(prompt: int, output: int, rate: float = 4.0, n: int = 300) -> pd.Data
 
 def test_slo_presets_and_custom_text():
     assert parse_slo("chat") == SLO_PRESETS["chat"] == Slo(name="chat")  # the one set of defaults
-    s = parse_slo("ttft_p99=2s,tbt_p99=100ms,attain=0.95")
-    assert (s.ttft_s, s.tbt_s, s.attain, s.ttft_pct, s.tbt_pct) == (2.0, 0.1, 0.95, 99, 99)
-    assert parse_slo("tbt=50ms").tbt_pct is None and parse_slo("attain=80%").attain == 0.8
+    s = parse_slo("ttft_p99=2s,tpot_p90=100ms,itl_p99=200ms,attain=0.95")
+    assert (s.ttft_s, s.tpot_s, s.attain, s.ttft_pct, s.tpot_pct, s.itl_s, s.itl_pct) == \
+        (2.0, 0.1, 0.95, 99, 90, 0.2, 99)
+    assert parse_slo("tpot=50ms").tpot_pct is None and parse_slo("attain=80%").attain == 0.8
     for bad in ("chatty", "ttft_p95=1s", "tbt=-1s", "attain=1.5", "foo=1s", "ttft=soon"):
         with pytest.raises(UserError):
             parse_slo(bad)

@@ -14,12 +14,13 @@ def add_source_flags(p, what: str, since: str = "1h", required: bool = False) ->
 
 
 def add_slo_flags(p) -> None:
-    """--slo, a preset or a spec, and --slo-ttft / --slo-tbt overriding its targets
+    """--slo, a preset or a spec, and --slo-ttft / --slo-tpot overriding its targets
     (decide.slo.slo_from_flags reads the three)."""
     p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
-                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tbt_p99=100ms,attain=0.9 "
-                        "(default chat: TTFT 2 s, TBT 0.1 s, 90%%)")
+                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tpot_p90=100ms,attain=0.9 "
+                        "(default chat: TTFT 2 s, TPOT 0.1 s, 90%%)")
     p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
                    help="TTFT target, s (overrides --slo's)")
-    p.add_argument("--slo-tbt", type=positive_float, default=None, metavar="S",
-                   help="per-request mean TBT target, s (overrides --slo's)")
+    p.add_argument("--slo-tpot", "--slo-tbt", dest="slo_tbt", type=positive_float, default=None,
+                   metavar="S", help="TPOT target: each request's mean time per output token, "
+                                     "s (overrides --slo's; --slo-tbt: older name)")

@@ -4,7 +4,7 @@ Public API (plain data in and out; the CLI, the fleet, the dashboard, the autopi
 report code against it):
 
     from gpuprobe.decide.slo import parse_slo, SLO_PRESETS
-        parse_slo("chat" | "code" | "summarize" | "batch" | "ttft_p99=2s,tbt_p99=100ms,attain=0.9")
+        parse_slo("chat" | "code" | "summarize" | "batch" | "ttft_p99=2s,tpot_p90=100ms,attain=0.9")
         -> gpuprobe.perf.metrics.Slo
     from gpuprobe.decide.decision import run_decision, DecisionOptions, WhatIf
         rec = run_decision(workload_df, profile, slo, DecisionOptions(max_devices=2), store=store)

@@ -151,9 +151,7 @@ def _num(v) -> str:
 
 
 def _slo_text(slo: Slo) -> str:
-    t = "" if slo.ttft_pct is None else f"_p{slo.ttft_pct}"
-    b = "" if slo.tbt_pct is None else f"_p{slo.tbt_pct}"
-    return f"ttft{t} <= {slo.ttft_s:g} s, tbt{b} <= {slo.tbt_s:g} s, attain {slo.attain:.0%}"
+    return slo.describe()
 
 
 def _margin(best: dict, other: dict | None) -> float | None:

@@ -208,7 +208,7 @@ def _ms(v) -> str:
 def _slo(rec) -> str:
     if rec is None:
         return "not recorded (no recommendation)"
-    return ", ".join(f"{k} {v}" for k, v in rec.slo.to_dict().items())
+    return f"{rec.slo.name}: {rec.slo.describe()}"  # TTFT, TPOT and ITL as the SLO names them
 
 
 def _profile_note(rec) -> str:

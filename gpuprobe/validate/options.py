@@ -17,7 +17,7 @@ class ValidateOptions:
     rate_rps: float | None = None
     limit: int = 300
     token_scale: float = 0.1
-    slo: Slo = Slo(ttft_s=0.5, tbt_s=0.05)
+    slo: Slo = Slo(ttft_s=0.5, tpot_s=0.05)
     prefill_share: float = 0.5
     device: str = "cpu"       # the server's --device (cpu | cuda)
     server_opts: tuple = ()   # extra start_server keyword pairs

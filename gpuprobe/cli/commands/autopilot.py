@@ -16,7 +16,7 @@ def add_arguments(p) -> None:
     p.add_argument("--admin-token-file", metavar="FILE", help="bearer token (else $GPUPROBE_ADMIN_TOKEN)")
     p.add_argument("--interval", default="30s", help="time between decisions (default 30s)")
     p.add_argument("--window", default=None, help="how far back each decision reads (default: one interval)")
-    p.add_argument("--slo", default=None, help="a preset (chat, code, summarize, batch) or 'ttft_p99=2s,tbt_p99=100ms,attain=0.9' (default chat)")
+    p.add_argument("--slo", default=None, help="a preset (chat, code, summarize, batch) or 'ttft_p99=2s,tpot_p90=100ms,itl_p99=200ms,attain=0.9' (default chat)")
     p.add_argument("--candidates", choices=["all", "window"], default="all",
                    help="all: recommend's full search each interval (needs a window of many requests); "
                         "window: the three default layouts at the window's own rate (intervals of seconds)")

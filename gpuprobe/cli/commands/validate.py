@@ -94,8 +94,9 @@ def add_arguments(p) -> None:
                    help="multiply prompt and output lengths (default 0.1, which fits the tiny "
                         "model; 0.5 on cuda)")
     p.add_argument("--slo-ttft", type=positive_float, default=0.5, metavar="S", help="TTFT SLO, s (default 0.5)")
-    p.add_argument("--slo-tbt", type=positive_float, default=0.05, metavar="S",
-                   help="per-request mean TBT SLO, s (default 0.05)")
+    p.add_argument("--slo-tpot", "--slo-tbt", dest="slo_tbt", type=positive_float, default=0.05,
+                   metavar="S", help="TPOT SLO: each request's mean time per output token, s "
+                                     "(default 0.05; --slo-tbt: older name)")
     p.add_argument("--prefill-share", type=fraction, default=0.5,
                    help="intra/cross: cores for prefill (default 0.5)")
     p.add_argument("--replays", type=positive_int, default=3,
