@@ -133,3 +133,19 @@ def test_the_check_reads_the_diagram_and_sees_a_wrong_way_arrow(floors):
     upside_down = [["errors"]] + [[n for n in names if n != "errors"] for names in floors]
     assert ("gpuprobe/store/store.py", "gpuprobe.errors", "store imports errors, a higher floor") in \
         wrong_way_arrows(upside_down)
+
+
+def test_only_the_store_touches_its_connection():
+    """The store's connection, lock and raw reads (`_conn`, `_lock`, `_read`, `_write`) are
+    used on `self` inside gpuprobe/store/ only; every other module reads through its methods
+    and store/reads.py (a class's own `self._lock` is its own)."""
+    private = {"_conn", "_lock", "_read", "_write"}
+    found = []
+    for dotted, path in sorted(modules().items()):
+        if dotted.startswith("gpuprobe.store"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr in private
+                    and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    assert found == []
