@@ -7,6 +7,7 @@ lower floor; never a higher floor, nor another package of its own floor. Every i
 the ones inside functions too: a lazy import is still an arrow.
 """
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -66,11 +67,17 @@ def modules() -> dict[str, Path]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every test of this file."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def imports(path: Path, dotted: str, known: set[str]) -> set[str]:
     """The gpuprobe modules `path` imports (`from a import b` is a.b where that is a module)."""
     is_pkg = path.name == "__init__.py"
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree(path)):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -144,7 +151,7 @@ def test_only_the_store_touches_its_connection():
     for dotted, path in sorted(modules().items()):
         if dotted.startswith("gpuprobe.store"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(tree(path)):
             if (isinstance(node, ast.Attribute) and node.attr in private
                     and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
