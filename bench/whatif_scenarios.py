@@ -57,7 +57,7 @@ def one(gpu: str, key: str, n: int) -> list[str]:
     from gpuprobe.decide.candidates import Candidate
     from gpuprobe.decide.predict import predict
     from gpuprobe.decide.recommend import recommend, with_link
-    from gpuprobe.decide.search import base_rate, search_candidates
+    from gpuprobe.decide.search import SEARCH_REQUESTS, base_rate, search_candidates, thinned
     from gpuprobe.decide.slo import parse_slo
     from gpuprobe.perf.silicon_profile import spec_profile
 
@@ -83,17 +83,26 @@ def one(gpu: str, key: str, n: int) -> list[str]:
              f"({rec.margin:+.0%}); search {wall:.1f} s wall, {cpu:.1f} s CPU, "
              f"{rec.search['candidates']} searched, {len(rec.search['pruned'])} pruned"]
     run = AIC["runs"][f"{gpu}/{key}"]
+    unit = rec.deployment.unit
+    whole = predict(wl, prof, unit, slo, g * unit.devices / base_rate(wl))
+    lines.append(f"  gpuprobe's choice at its goodput over all {len(wl)} requests "
+                 f"({len(wl) / (g * unit.devices):.0f} s of load, not the search's "
+                 f"{SEARCH_REQUESTS * unit.devices}): SLO met by {whole['slo_attainment']:.0%}, TPOT "
+                 f"p90 {fmt_ms(whole.get('tpot_p90_s'))} ms, TTFT p90 "
+                 f"{fmt_ms(whole.get('ttft_p90_s'))} ms")
     for mode, (cand, fig) in aic_candidates(run).items():
-        unit_rate = fig["req_per_s_total"] * cand.devices / 8
-        s = predict(wl, prof, cand, slo, unit_rate / base_rate(wl))
+        scale = fig["req_per_s_total"] * cand.devices / 8 / base_rate(wl)
+        s = predict(thinned(wl, SEARCH_REQUESTS * cand.devices), prof, cand, slo, scale)
+        full = predict(wl, prof, cand, slo, scale)
         mark = "*" if run["chosen"] == mode else " "
         lines.append(
             f"  AIC {mode:<6}{mark} {cand.label} x{8 // cand.devices}: "
             f"{fig['tokens_per_s_per_gpu']:.0f} tok/s/GPU ({fig['req_per_s_total'] / 8:.3g} "
             f"req/s/GPU), TTFT {fig['ttft_ms']:.0f} ms, TPOT {fig['tpot_ms']:.1f} ms | gpuprobe "
-            f"at that rate, Poisson: TTFT p50/p90 {fmt_ms(s.get('ttft_p50_s'))}/"
+            f"at that rate, Poisson, the search's sample: TTFT p50/p90 {fmt_ms(s.get('ttft_p50_s'))}/"
             f"{fmt_ms(s.get('ttft_p90_s'))} ms, TPOT p50/p90 {fmt_ms(s.get('tpot_p50_s'))}/"
-            f"{fmt_ms(s.get('tpot_p90_s'))} ms, SLO met by {s['slo_attainment']:.0%}")
+            f"{fmt_ms(s.get('tpot_p90_s'))} ms, SLO met by {s['slo_attainment']:.0%} "
+            f"(all {len(wl)} requests: {full['slo_attainment']:.0%})")
     return lines
 
 
