@@ -45,7 +45,8 @@ def test_rows_written_before_the_type_load(tmp_path):
     assert (cross.host, cross.created_s, cross.applied_s) == ("old-host", 1764979200.0, None)
     # what a live switch of the reference server is sent for each
     assert layout_body(mono.deployment) == {"layout": "monolithic", "chunked_prefill_tokens": 2048}
-    assert layout_body(cross.deployment) == {"layout": "cross", "prefill_share": 0.6667}
+    assert layout_body(cross.deployment) == {"layout": "cross", "prefill_share": 0.6667,
+                                             "num_prefill": 2, "num_decode": 1}
 
 
 def test_a_new_recommendation_round_trips_and_names_each_setting_once(tmp_path):

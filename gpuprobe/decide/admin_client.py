@@ -79,13 +79,17 @@ class AdminClient:
 
 def layout_body(d) -> dict:
     """The POST /admin/layout settings for Deployment `d`: the layout and what a live switch
-    can change. The reference server runs cross as one pair, so cross is sent as its prefill
-    fraction; max_num_seqs and device counts are fixed when a server starts."""
+    can change. Cross is sent as xPyD (num_prefill, num_decode): a server given remote workers
+    runs it on the first x and y of them, one without starts that many workers itself; its
+    prefill fraction splits the cores of workers it starts. max_num_seqs and tensor-parallel
+    sizes are fixed when a server starts."""
     body: dict = {"layout": d.layout}
     if d.layout != "monolithic":
         body["prefill_share"] = round(float(d.prefill_fraction), 4)
     elif d.chunked_prefill_tokens:
         body["chunked_prefill_tokens"] = d.chunked_prefill_tokens
+    if d.layout == "cross":
+        body["num_prefill"], body["num_decode"] = d.num_prefill, d.num_decode
     return body
 
 

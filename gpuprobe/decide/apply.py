@@ -49,7 +49,7 @@ def kept_by_live_switch(d) -> list[str]:
     if d.max_num_seqs:
         kept.append(f"max_num_seqs {d.max_num_seqs} (a serve flag: restart with "
                     f"--max-num-seqs {d.max_num_seqs})")
-    if d.layout == "cross" and (d.num_prefill, d.num_decode) != (1, 1):
-        kept.append(f"{d.num_prefill}P{d.num_decode}D (the reference server runs 1P1D; "
-                    f"applied as prefill share {d.prefill_fraction:.2f})")
+    if d.layout == "cross" and (d.prefill_tp, d.decode_tp) != (1, 1):
+        kept.append(f"tensor parallel {d.prefill_tp} per prefill and {d.decode_tp} per decode "
+                    f"worker (the reference server's workers hold one device each)")
     return kept

@@ -173,6 +173,13 @@ CREATE TABLE locks (
 );
 """
 
+# Version 6: a cross request's KV transfer as the decode worker's receive thread saw it, first
+# byte to last (kv_handoff_s also holds the prefill worker's send and the decode worker's
+# admission): what vllm:nixl_xfer_time_seconds exports. NULL for other layouts, older rows.
+_V6 = """
+ALTER TABLE requests ADD COLUMN kv_xfer_s REAL;
+"""
+
 ROLLUP_S = 10.0
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)

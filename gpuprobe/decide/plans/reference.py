@@ -37,9 +37,17 @@ def build(rec: Recommendation, model: str, total_sms: int, target_url: str) -> P
              f"on a GPU)."]
     if d.layout == "intra":
         notes.append(split.intra_note(d, total_sms))
+    if d.layout == "cross" and (d.num_prefill, d.num_decode) != (1, 1):
+        notes.append(f"For {d.num_prefill}P{d.num_decode}D start {d.num_prefill} `gpuprobe "
+                     f"worker --role prefill` and {d.num_decode} `gpuprobe worker --role "
+                     f"decode` (one per device) and give their link addresses to serve with "
+                     f"--prefill-workers, --decode-workers and --link-secret-file (README, "
+                     f"'Cross across hosts'); the live switch then runs on them. A server "
+                     f"without them starts the {d.num_prefill + d.num_decode} workers itself, "
+                     f"on its own cores.")
     if max(d.tp, d.prefill_tp, d.decode_tp, d.replicas) > 1:
         notes.append(f"The reference server runs one copy of the layout with one device per "
-                     f"worker: {d.label} x{d.replicas} ({d.devices} devices, tensor parallel) "
+                     f"worker, no tensor parallelism: {d.label} x{d.replicas} ({d.devices} devices, tensor parallel) "
                      f"is for vLLM, SGLang or Dynamo (`gpuprobe plan --engine vllm`).")
     notes += [f"Not changed by a live switch: {k}." for k in kept_by_live_switch(d)]
     return Plan("gpuprobe", rec, __version__, SOURCES,
