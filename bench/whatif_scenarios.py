@@ -102,7 +102,8 @@ def one(gpu: str, key: str, n: int) -> list[str]:
             f"at that rate, Poisson, the search's sample: TTFT p50/p90 {fmt_ms(s.get('ttft_p50_s'))}/"
             f"{fmt_ms(s.get('ttft_p90_s'))} ms, TPOT p50/p90 {fmt_ms(s.get('tpot_p50_s'))}/"
             f"{fmt_ms(s.get('tpot_p90_s'))} ms, SLO met by {s['slo_attainment']:.0%} "
-            f"(all {len(wl)} requests: {full['slo_attainment']:.0%})")
+            f"(all {len(wl)} requests: {full['slo_attainment']:.0%}, TTFT p50 "
+            f"{fmt_ms(full.get('ttft_p50_s'))} ms, TPOT p90 {fmt_ms(full.get('tpot_p90_s'))} ms)")
     return lines
 
 

@@ -122,7 +122,8 @@ def layout_reasons(space: Space, unit, devices: int) -> list[dict]:
     copies = devices // unit.devices
     idle = devices - copies * unit.devices
     text = (f"{copies} cop{'y' if copies == 1 else 'ies'} of {unit.label} ({unit.devices} "
-            f"device{'s' if unit.devices > 1 else ''} each) lay out all {devices} devices"
+            f"device{'s' if unit.devices > 1 else ''} each) lay{'s' if copies == 1 else ''} out "
+            f"all {devices} devices"
             if not idle else
             f"{idle} of {devices} devices stay idle: {space.idle or 'the unit does not divide them'}")
     out = [{"text": text, "evidence": {"unit_devices": unit.devices, "replicas": copies,
