@@ -15,10 +15,13 @@ SOURCES = (
     "https://docs.nvidia.com/dynamo/v1.6.2/reference/backends/v-llm-configuration "
     "(python -m dynamo.vllm --disaggregation-mode prefill|decode; every vLLM engine argument)",
     "https://github.com/ai-dynamo/dynamo/blob/main/examples/backends/vllm/launch/disagg.sh "
-    "(python -m dynamo.frontend, --kv-transfer-config NixlConnector kv_both, DYN_SYSTEM_PORT)",
+    "(python -m dynamo.frontend, --kv-transfer-config NixlConnector, DYN_SYSTEM_PORT)",
+    "vLLM v0.32.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py (kv_role "
+    "kv_both with NixlConnector is deprecated: kv_producer for prefill, kv_consumer for decode)",
 )
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2"
-KV_BOTH = kv_config("kv_both")  # Dynamo's vLLM examples use kv_both on both sides
+# Dynamo's examples used kv_both on both sides; vLLM 0.32 deprecates that for NixlConnector.
+KV_ROLE = {"prefill": kv_config("kv_producer"), "decode": kv_config("kv_consumer")}
 
 
 def _engine_args(d: Deployment) -> list[str]:
@@ -83,7 +86,7 @@ def _tp(tp: int) -> list[str]:
 
 
 def _role_args(role: str, tp: int) -> list[str]:
-    return ["--disaggregation-mode", role, "--kv-transfer-config", KV_BOTH] + _tp(tp)
+    return ["--disaggregation-mode", role, "--kv-transfer-config", KV_ROLE[role]] + _tp(tp)
 
 
 def _worker(name: str, model: str, ids: list[int], system_port: int, args: list[str],
