@@ -150,7 +150,8 @@ def render(rec) -> str:
     if rec.forecast:
         lines += ["forecast:", *(f"  {x}" for x in rec.forecast["lines"])]
     s = rec.search
-    lines.append(f"searched {s['candidates']} candidates, {s['simulations']} simulations on "
+    pruned = f" ({len(s['pruned'])} more bounded below the best)" if s.get("pruned") else ""
+    lines.append(f"searched {s['candidates']} candidates{pruned}, {s['simulations']} simulations on "
                  f"samples of up to {s['sample_requests']} requests, {s['seconds']:.1f} s; stored as "
                  f"recommendation {rec.id}")
     return "\n".join(lines)

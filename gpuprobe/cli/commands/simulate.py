@@ -43,7 +43,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from gpuprobe.engine.scheduler import SchedulerConfig
     from gpuprobe.errors import UserError
-    from gpuprobe.decide.candidates import Candidate
+    from gpuprobe.decide.candidates import Candidate, at_profile_tp
     from gpuprobe.decide.rank import rank
     from gpuprobe.decide.decision import WhatIf, scale_workload
     from gpuprobe.decide.search import search_candidates
@@ -71,8 +71,8 @@ def run(args) -> int:
         limits["num_blocks"] = args.num_blocks
     # The searched goodput (DistServe's) beside the offered-rate figures, and the pick by the
     # one ranking rule recommend uses (gpuprobe.decide.rank).
-    cands = [Candidate(x, prefill_share=profile.prefill_share if x == "intra" else None)
-             for x in layouts]
+    cands = [at_profile_tp(Candidate(x, prefill_share=profile.prefill_share if x == "intra"
+                                     else None), profile) for x in layouts]
     rows = search_candidates(wl, profile, cands, slo, seed=args.seed,
                              limits=limits)
     for x, r in zip(layouts, rows):
