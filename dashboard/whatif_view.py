@@ -18,7 +18,7 @@ def _ask(store_key: str, rec_id: int, inputs) -> tuple:
     from gpuprobe.decide.whatif import what_if
     s = store()
     try:
-        with s._lock:
+        with s.reading():
             rec = load_recommendation(s, rec_id)
         return what_if(s, rec, inputs), None
     except GpuprobeError as exc:  # no layout meets it, a profile missing: said, not raised

@@ -11,20 +11,11 @@ import pandas as pd
 import pytest
 import requests
 
+from cli_run import run_cli as cli
 from gpuprobe.cli.main import main
 from gpuprobe.errors import GpuprobeError
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of the real CLI."""
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:  # argparse's own errors
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def assert_user_error(capsys, needle: str, *argv) -> None:
@@ -48,16 +39,23 @@ def test_models_entry_carries_vocab_and_context(reference_server):
     assert (entry["vocab_size"], entry["max_model_len"]) == (512, 2048)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # a whole profile: prefills up to 2,047 tokens, the mixed sweep
 def test_profile_reads_the_vocab_and_caps_the_sweep_at_the_context(reference_server, tmp_path,
                                                                     capsys):
     out = tmp_path / "p.json"
     rc, stdout, err = cli(capsys, "--store", str(tmp_path / "s.db"), "profile", "--target",
-                          reference_server, "--max-prompt", "100000", "--out", str(out))
+                          reference_server, "--max-prompt", "100000", "--max-batch", "4",
+                          "--out", str(out))
     assert rc == 0, err
     assert "more than the server's context of 2048 tokens" in err and "up to 2047" in err
     assert json.loads(stdout)["workers"] == ["monolithic"]
-    prefill = json.loads(out.read_text())["workers"]["monolithic"]["prefill"]
-    assert prefill["x_max"] == 2047
+    prof = json.loads(out.read_text())
+    assert prof["workers"]["monolithic"]["prefill"]["x_max"] == 2047
+    # what the server says of its model: tiny's 4 layers x 2 KV heads x 32 dims, K and V, float32
+    assert (prof["kv_bytes_per_token"], prof["meta"]["model"]) == (2 * 4 * 2 * 32 * 4, "tiny")
+    assert prof["meta"]["max_model_len"] == 2048
+    assert prof["meta"]["mixed_step"] == prof["workers"]["monolithic"]["mixed_source"] == "measured"
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -4,6 +4,7 @@ each engine's plan, Apply on the recorded server, the autopilot's audit log."""
 import pandas as pd
 import streamlit as st
 
+from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.answer_view import show_answer
 from gpuprobe.dashboard.apply import apply, apply_failed, applied_line
 from gpuprobe.dashboard.charts import candidates_figure
@@ -36,17 +37,9 @@ def _rounded(x):
     return float(f"{x:.4g}") if isinstance(x, float) and x == x else x
 
 
-def _ranked(rec) -> list[dict]:
-    """The candidates best first: as stored where the chosen one leads (recommend ranks
-    them), else (rows written by hand) by goodput."""
-    cands = list(rec.candidates)
-    if cands and cands[0].get("label") == rec.label:
-        return cands
-    return sorted(cands, key=lambda c: -(c.get("max_goodput_rps_per_device") or 0.0))
-
 
 st.title("Recommend")
-recs, rec = cached("recommendations"), None
+recs, rec = cached(queries.recommendations), None
 if recs.empty:
     missing("No recommendation stored.", "gpuprobe recommend --workload azure-conv --profile profile.json")
 else:
@@ -54,7 +47,7 @@ else:
               for r in recs.itertuples()}
     chosen = st.selectbox("Recommendation", list(labels), format_func=labels.get)
     try:
-        info = cached("answer", chosen)
+        info = cached(queries.answer, chosen)
         rec = info["rec"]
     except GpuprobeError as exc:  # a row that cannot be read: one line, the rest of the page stays
         st.error(str(exc))
@@ -64,7 +57,7 @@ if rec is not None:
               help=f"to {rec.applied_target}" if rec.applied_target else None)
 
     st.subheader("Candidates, ranked")
-    cands = _ranked(rec)
+    cands = list(rec.candidates)  # best first, as decide.rank stored them
     if not cands:
         st.info("This recommendation stored no candidates.")
     else:
@@ -95,7 +88,7 @@ if rec is not None:
             st.code(text, language="bash")
 
     st.subheader("Apply to a reference server")
-    servers = cached("server_urls")
+    servers = cached(queries.server_urls)
     with st.form("apply"):
         target = st.text_input("Server URL", value=st.session_state.get(
             "apply_target", servers[0] if servers else "http://127.0.0.1:8000"))
@@ -127,7 +120,7 @@ if rec is not None:
             st.json(result.get("switch") or {})
 
 st.subheader("Autopilot audit log")
-dec = cached("decisions")
+dec = cached(queries.decisions)
 if dec.empty:
     missing("The autopilot has made no decision.", "gpuprobe autopilot --target http://127.0.0.1:8000")
 else:

@@ -75,13 +75,18 @@ def decision_sentence(rec) -> str:
 
 
 def layout_words(d) -> str:
+    tp = f", each engine over {d.tp} devices (tensor parallel)" if d.tp > 1 else ""
     if d.layout == "monolithic":
-        return ("monolithic (one engine per device, whole prompts first)" if not d.chunked_prefill_tokens
-                else f"monolithic with chunked prefill ({d.chunked_prefill_tokens} tokens a step)")
+        engine = "one engine per device" if d.tp == 1 else "one engine"
+        return (f"monolithic ({engine}, whole prompts first{tp})" if not d.chunked_prefill_tokens
+                else f"monolithic with chunked prefill ({d.chunked_prefill_tokens} tokens a step{tp})")
     if d.layout == "intra":
-        return f"intra ({d.prefill_share:.0%} of each device prefills, the rest decodes)"
+        part = "each device" if d.tp == 1 else "each engine's devices"
+        return f"intra ({d.prefill_share:.0%} of {part} prefills, the rest decodes{tp})"
+    sizes = ("" if d.prefill_tp == d.decode_tp == 1 else
+             f" of {d.prefill_tp} and {d.decode_tp} devices (tensor parallel)")
     return (f"cross {d.num_prefill}P{d.num_decode}D ({d.num_prefill} prefill and {d.num_decode} "
-            f"decode workers, the KV cache sent between them)")
+            f"decode workers{sizes}, the KV cache sent between them)")
 
 
 def _devices(d) -> str:

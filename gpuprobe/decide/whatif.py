@@ -62,8 +62,8 @@ def profile_for(store, rec, inputs: WhatIfInputs):
 def stored_profile(store, name: str | None) -> dict | None:
     """The newest stored profile called `name` (by the name it was stored under, or its
     own), else the newest one of all when the store holds only one."""
-    rows = store._conn.execute("SELECT name, body FROM profiles ORDER BY pk DESC").fetchall()
-    bodies = [(n, json.loads(b)) for n, b in rows if b]
+    from gpuprobe.store import reads
+    bodies = [(r.name, json.loads(r.body)) for r in reads.profiles(store).itertuples() if r.body]
     for stored_name, body in bodies:
         if name and name in (stored_name, body.get("name")):
             return body

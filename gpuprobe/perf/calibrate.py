@@ -111,7 +111,7 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
                     decode_prompts=DECODE_PROMPTS, decode_tokens: int = DECODE_TOKENS,
                     reps: int = 4, timeout_s: float = 120.0, progress=None,
                     vocab: int | None = None, wake_gaps=WAKE_GAPS, wake_reps: int = WAKE_REPS,
-                    detail=None, keep_partial: bool = False) -> dict:
+                    detail=None, keep_partial: bool = False, mixed_prompts=()) -> dict:
     """Send the calibration load; returns {'prefill': [rec], 'decode': [(B, L, [rec])],
     'wake': [rec], 't0_s', 't1_s'} with replay-client records (ttft_s, token_times in s from
     send). The idle probes ('wake', each with its idle_s) come after t1_s, the end of the
@@ -147,31 +147,8 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
                                               {"prompt_tokens": n}))
             note(f"prefill sweep {rep + 1}/{reps}")
         _check(prefill, "prefill sweep")
-        decode, n = [], 0
-        bursts = sum(len(_batches_at(L, decode_batches)) for L in decode_prompts)
-        for L in decode_prompts:
-            fitted = 0
-            for B in _batches_at(L, decode_batches):
-                t_burst, n = time.monotonic(), n + 1
-                recs = list(await asyncio.gather(*(send_one(session, base + "/v1/completions",
-                                                            body(L, decode_tokens), {"prompt_tokens": L})
-                                                   for _ in range(B))))
-                bad = [r for r in recs if r["status"] != "ok"]
-                if bad and keep_partial and fitted >= 2:
-                    # a slow or busy server times the largest bursts out: keep the smaller ones
-                    # (the fit's x_max says where it stops) rather than fail the whole profile
-                    cut.append(f"decode burst of {B} streams at prompt {L} failed ({len(bad)} of {B}: "
-                               f"{bad[0]['status']} {bad[0].get('error') or ''}".rstrip() +
-                               f"); larger bursts at this prompt left out")
-                    note(cut[-1])
-                    break
-                decode.append((B, L, _check(recs, f"decode burst B={B}")))
-                fitted += 1
-                if detail:  # the large bursts take longest: a user sees which one is running
-                    detail(f"decode burst {n}/{bursts}: {B} streams at prompt {L} "
-                           f"in {time.monotonic() - t_burst:.1f} s")
-            # one note per prompt length: validate times its CPU phases by these notes
-            note(f"decode sweep, prompt {L}")
+        decode = await _decode_sweep(session, base + "/v1/completions", body, decode_prompts,
+                                     decode_batches, decode_tokens, keep_partial, note, detail, cut)
         t_sweeps = time.time()
         sizes = [n for n in WAKE_SIZES if n in prefill_sizes]
         wake = []
@@ -184,16 +161,61 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
                                                {"prompt_tokens": n, "idle_s": gap}))
         if wake:
             note("idle probes")
-        return prefill, decode, _check(wake, "idle probes"), t_sweeps
+        _check(wake, "idle probes")
+        mixed = []
+        if mixed_prompts:
+            from gpuprobe.perf.mixed_sweep import MIXED_BATCH, mixed_runs, wait_for
+
+            batch = min(MIXED_BATCH, max(decode_batches))
+            mixed = await mixed_runs(session, base + "/v1/completions", body, mixed_prompts,
+                                     batch, wait_for(decode, batch))
+            note(f"mixed sweep: prompts of {', '.join(map(str, mixed_prompts))} tokens into "
+                 f"{batch} decoding streams")
+        return prefill, decode, wake, t_sweeps, mixed
 
     t0 = time.time()
     try:
-        prefill, decode, wake, t1 = asyncio.run(_session_run(base, go, timeout_s))
+        prefill, decode, wake, t1, mixed = asyncio.run(_session_run(base, go, timeout_s))
     except GpuprobeError:
         raise
     except Exception as exc:  # connection refused, DNS, timeouts: one line for the user
         raise GpuprobeError(f"cannot profile {base}: {type(exc).__name__}: {exc}") from None
-    return {"prefill": prefill, "decode": decode, "wake": wake, "t0_s": t0, "t1_s": t1, "cut": cut}
+    return {"prefill": prefill, "decode": decode, "wake": wake, "t0_s": t0, "t1_s": t1, "cut": cut,
+            "mixed": mixed}
+
+
+async def _decode_sweep(session, url: str, body, prompts, batches, tokens: int, keep_partial: bool,
+                        note, detail, cut: list) -> list:
+    """Decode bursts: at each prompt length, B streams at once for each B of `batches` that fits;
+    returns [(B, L, [rec])]. A failed burst raises, or with keep_partial after two smaller
+    ones succeeded ends that prompt's bursts, noted in `cut`."""
+    from gpuprobe.workloads.replay_client import send_one
+
+    decode, n = [], 0
+    bursts = sum(len(_batches_at(L, batches)) for L in prompts)
+    for L in prompts:
+        fitted = 0
+        for B in _batches_at(L, batches):
+            t_burst, n = time.monotonic(), n + 1
+            recs = list(await asyncio.gather(*(send_one(session, url, body(L, tokens), {"prompt_tokens": L})
+                                               for _ in range(B))))
+            bad = [r for r in recs if r["status"] != "ok"]
+            if bad and keep_partial and fitted >= 2:
+                # a slow or busy server times the largest bursts out: keep the smaller ones
+                # (the fit's x_max says where it stops) rather than fail the whole profile
+                cut.append(f"decode burst of {B} streams at prompt {L} failed ({len(bad)} of {B}: "
+                           f"{bad[0]['status']} {bad[0].get('error') or ''}".rstrip() +
+                           f"); larger bursts at this prompt left out")
+                note(cut[-1])
+                break
+            decode.append((B, L, _check(recs, f"decode burst B={B}")))
+            fitted += 1
+            if detail:  # the large bursts take longest: a user sees which one is running
+                detail(f"decode burst {n}/{bursts}: {B} streams at prompt {L} "
+                       f"in {time.monotonic() - t_burst:.1f} s")
+        # one note per prompt length: validate times its CPU phases by these notes
+        note(f"decode sweep, prompt {L}")
+    return decode
 
 
 def client_prefill_points(cal: dict) -> tuple[np.ndarray, np.ndarray]:
