@@ -71,13 +71,15 @@ def search_candidates(workload: pd.DataFrame, profile: Profile, cands: list, slo
                       progress: Callable[[str], None] | None = None,
                       seed: int | None = 0, sample: int = SEARCH_REQUESTS,
                       limits: dict | None = None,
-                      bound: Callable[[object], float] | None = None) -> list[dict]:
+                      bound: Callable[[object], float] | None = None,
+                      hints: dict | None = None) -> list[dict]:
     """One row per candidate (see _row), in the order given. workload: sorted, arrival_s from
     0. progress: called with a line per candidate. limits: the workers' max_num_seqs and
     num_blocks (predict()). bound: a candidate's goodput per device it cannot exceed
     (decide/bounds.py); with it the candidates are searched highest bound first, each starts
     from its bound times what the searched ones achieved of theirs, and one whose bound lies
-    below the best so far's tie band is not simulated (its row says `pruned`)."""
+    below the best so far's tie band is not simulated (its row says `pruned`). hints: a
+    first guess per candidate label (goodput per device), where one is known."""
     say = progress or (lambda _msg: None)
     r0 = base_rate(workload)
     bounds = [bound(c) for c in cands] if bound else [None] * len(cands)
@@ -94,7 +96,7 @@ def search_candidates(workload: pd.DataFrame, profile: Profile, cands: list, slo
             say(f"{n + 1}/{len(cands)} {c.label}: at most {cap:.3g} req/s/device, below the "
                 f"best so far (not simulated)")
             continue
-        hint = _hint(c, cap, last, rows.values(), best_per_dev)
+        hint = (hints or {}).get(c.label) or _hint(c, cap, last, rows.values(), best_per_dev)
         rows[i], small = _search_one(workload, profile, c, slo, seed, sample, limits, hint,
                                      floor * c.devices / r0)
         rows[i]["bound_rps_per_device"] = cap
@@ -153,25 +155,56 @@ def decide_top(workload: pd.DataFrame, profile: Profile, cands: list, slo: Slo, 
     k = 1
     while k < MAX_REPEATS and undecided(rank([r for r in rows if not r.get("pruned")])):
         k *= 2
-        again = [i for i, r in enumerate(rows) if r.get("capped") and not r.get("pruned")]
+        again = contenders(rows)
         if progress:
             progress(f"{len(again)} candidates reached the workload's limit (it is too short at "
                      f"their rates): searching them again on it repeated {k} times")
         longer = repeated(workload, k)
+        known = {rows[i]["label"]: rows[i]["max_goodput_rps_per_device"] for i in again}  # met before
         for i, r in zip(again, search_candidates(longer, profile, [cands[i] for i in again], slo,
-                                                 progress, seed, limits=limits)):
+                                                 progress, seed, limits=limits, hints=known)):
             rows[i] = {**r, "repeats": k}
     return rows
 
 
+def contenders(rows: list[dict]) -> list[int]:
+    """The capped rows that could still reach the first's tie band (`reach`), and each
+    layout's best (the margin over the best other layout reads it): those get the longer
+    workload; a row that cannot keeps its `>= X`."""
+    live = [(i, r) for i, r in enumerate(rows) if not r.get("pruned")]
+    ranked = rank([r for _, r in live])
+    top = ranked[0]
+    floor = top["max_goodput_rps_per_device"] * (1 - GOODPUT_TOLERANCE)
+    firsts = {id(next(r for r in ranked if r["layout"] == lay)) for lay in {r["layout"] for r in ranked}}
+    return [i for i, r in live if r.get("capped")
+            and (reach(r, top) >= floor or id(r) in firsts)]
+
+
+def reach(r: dict, top: dict) -> float:
+    """What row r could show on the workload the first was searched on: a capped row's limit
+    grows about in proportion to the workload's length (a few request durations of it), so
+    one searched on a shorter repeat is scaled up to the first's; an uncapped row is as found."""
+    g = r["max_goodput_rps_per_device"]
+    return g * top.get("repeats", 1) / r.get("repeats", 1) if r.get("capped") else g
+
+
 def undecided(ranked: list[dict]) -> bool:
-    """Whether the first of `ranked` is capped with another candidate in its tie band: the
-    ranking then reads the workload's limit, not the layouts."""
+    """Whether the first of `ranked` is capped with another candidate that reaches its tie
+    band: the ranking then reads the workload's limit, not the layouts."""
     top = ranked[0]
     if not top.get("capped"):
         return False
     floor = top["max_goodput_rps_per_device"] * (1 - GOODPUT_TOLERANCE)
-    return any(r["max_goodput_rps_per_device"] >= floor for r in ranked[1:])
+    return any(reach(r, top) >= floor for r in ranked[1:] if not _twin(r, top))
+
+
+def _twin(r: dict, top: dict) -> bool:
+    """A row the simulator cannot tell from the first (the same bracket on the same workload:
+    e.g. chunk budgets above every prompt of it): no longer workload separates them, the
+    ranking rule's TBT and simplicity do."""
+    return (r.get("repeats", 1) == top.get("repeats", 1)
+            and r.get("goodput_bracket_rps_per_device") == top.get("goodput_bracket_rps_per_device")
+            and r.get("tbt_p99_s") == top.get("tbt_p99_s"))
 
 
 def repeated(workload: pd.DataFrame, k: int) -> pd.DataFrame:
