@@ -60,9 +60,10 @@ def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True,
         "workload": "wl-shift", "layout": "intra", "prefill_share": 0.7, "params": {"prefill_share": 0.7},
         "confidence": 0.8, "confidence_label": "high", "margin": 0.18, "max_goodput_rps_per_device": 3.25,
         "slo": {"ttft_s": 2.0, "tbt_s": 0.1},
-        "candidates": [{"layout": "monolithic", "params": {}, **cand, "max_goodput_rps_per_device": 2.75},
-                       {"layout": "intra", "params": {"prefill_share": 0.7}, **cand,
+        # best first, as recommend stores them (decide.rank)
+        "candidates": [{"layout": "intra", "params": {"prefill_share": 0.7}, **cand,
                         "max_goodput_rps_per_device": 3.25},
+                       {"layout": "monolithic", "params": {}, **cand, "max_goodput_rps_per_device": 2.75},
                        {"layout": "cross", "params": {"num_prefill": 1, "num_decode": 1}, **cand,
                         "max_goodput_rps_per_device": 1.5}],
         "reasons": [{"text": "prompt:output ratio 5.2 moves to 0.1 at 300 s", "evidence": {"ratio": 5.2}}]})
@@ -84,7 +85,10 @@ def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True,
                              "best_predicted": "monolithic", "bar_met": 1,
                              "body": {"rows": vrows, "best_measured": "monolithic", "best_predicted": "monolithic",
                                       "measured_range": {"monolithic": {"ttft_p50_s": [0.095, 0.105]}},
-                                      "summary": {"monolithic": {"median_abs_rel_error_p50": 0.075}}}})
+                                      "summary": {"monolithic": {"median_abs_rel_error_p50": 0.075,
+                                                                 "slo_attainment_measured": 1.0},
+                                                  "intra": {"median_abs_rel_error_p50": 0.075,
+                                                            "slo_attainment_measured": 0.9}}}})
     if decisions:
         store.insert_decision({"ts_s": t0 + 310, "target": "http://127.0.0.1:8000", "current_layout": "monolithic",
                                "chosen_layout": "intra", "action": "switch", "reason": "decode-heavy ahead",

@@ -87,3 +87,16 @@ def test_the_simulator_prefills_from_the_first_uncached_token():
     assert cached.requests["cached_tokens"].tolist() == [6000, 7999]
     ttft = cached.requests["ttft_s"].to_numpy()
     assert ttft[1] < ttft[0] < full["ttft_p50_s"]
+
+
+def test_the_goodput_bound_counts_only_the_uncached_prefill():
+    """The search's upper bound (decide/bounds.py) must not cap a candidate below what the
+    simulator, given the cached tokens, would find."""
+    from gpuprobe.decide.bounds import Lengths, goodput_bound
+    from gpuprobe.decide.candidates import Candidate
+
+    wl = _workload()
+    cross = Candidate("cross", num_prefill=1, num_decode=1)
+    full, cached = (goodput_bound(cross, H200, Lengths.of(w), SLO, 256, 8192)
+                    for w in (wl, wl.assign(cached_tokens=wl["prompt_tokens"] * 3 // 4)))
+    assert 3.0 < cached / full < 4.0  # a quarter of the prefill tokens, attention a bit more

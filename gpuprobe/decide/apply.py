@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from gpuprobe.decide.admin_client import SWITCH_TIMEOUT_S, AdminClient, AdminError, layout_body
+from gpuprobe.decide.drift import runs
 from gpuprobe.decide.recommendation import load_recommendation
 
 ACTOR = "gpuprobe-apply"  # who the server's layout event names, unless the caller says
@@ -19,15 +20,26 @@ ACTOR = "gpuprobe-apply"  # who the server's layout event names, unless the call
 def apply_recommendation(store, rec_id: int, target: str, token: str, actor: str = ACTOR,
                          timeout_s: float = SWITCH_TIMEOUT_S) -> dict:
     """Switch `target` (http://host:port) to recommendation `rec_id`'s layout and mark it
-    applied. Returns {recommendation, target, layout, prefill_share, chunked_prefill_tokens,
-    switch (the server's history entry), applied_s, kept (what a live switch cannot change)}."""
+    applied. Where the server already runs it, nothing is switched (a switch restarts the
+    workers) and `unchanged` is True. Returns {recommendation, target, layout, prefill_share,
+    chunked_prefill_tokens, switch (the server's history entry, None when unchanged),
+    applied_s, kept (what a live switch cannot change), unchanged}."""
     rec = load_recommendation(store, rec_id)
     d = rec.deployment
     admin = AdminClient(target, token, switch_timeout_s=timeout_s)
-    if admin.layout().get("switching"):  # reachable, token good, and not busy: before switching
+    before = admin.layout()
+    if before.get("switching"):  # reachable, token good, and not busy: before switching
         raise AdminError("busy", f"{admin.url}: a layout switch is already in progress; nothing "
                          f"was changed, try again")
     reason = f"recommendation {rec.id}"
+    if runs(d, before):  # a switch to what runs would restart its workers for nothing
+        now = before
+        store.mark_recommendation_applied(rec.id, admin.url, ts_s=time.time())
+        return {"recommendation": rec.id, "target": admin.url, "layout": now.get("layout"),
+                "prefill_share": now.get("prefill_share"),
+                "chunked_prefill_tokens": now.get("chunked_prefill_tokens"), "switch": None,
+                "applied_s": time.time(), "actor": actor, "reason": reason,
+                "kept": kept_by_live_switch(d), "unchanged": True}
     entry = admin.switch(layout_body(d), actor, reason)
     now = admin.layout()
     if now.get("layout") != d.layout:
@@ -40,7 +52,7 @@ def apply_recommendation(store, rec_id: int, target: str, token: str, actor: str
             "prefill_share": now.get("prefill_share"),
             "chunked_prefill_tokens": now.get("chunked_prefill_tokens"),
             "switch": entry, "applied_s": applied_s, "actor": actor, "reason": reason,
-            "kept": kept_by_live_switch(d)}
+            "kept": kept_by_live_switch(d), "unchanged": False}
 
 
 def kept_by_live_switch(d) -> list[str]:

@@ -1,6 +1,8 @@
 """What every demo stage shares: its settings, its printing, and running a gpuprobe command."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +18,7 @@ class Settings:
     token_scale: float  # prompts and outputs scaled down (azure-conv's median prompt ~1k tokens)
     max_prompt: int  # profile --max-prompt: the longest scaled prompt, so the fit is not extrapolated
     max_batch: int  # profile --max-batch: its largest decode burst (64 streams is minutes on a CPU)
-    validate_requests: int
-    validate_layouts: str
+    validate_layouts: str  # validate replays the same slice recommend weighs (requests, rate, lengths)
     validate_budget: str  # validate --budget: the demo keeps its 10 minutes
     slo_ttft_s: float
     slo_tbt_s: float
@@ -32,15 +33,15 @@ class Settings:
 # on an idle 2-core machine (docs/benchmarks.md); replay's is its 40 arrivals at 1 req/s,
 # validate's its own plan for three tiny-model layouts with waits for a quiet machine.
 FULL = Settings(model="smollm2-135m", requests=40, rate_rps=1.0, token_scale=0.05, max_prompt=256,
-                max_batch=32, validate_requests=12, validate_layouts="monolithic,intra,cross",
+                max_batch=32, validate_layouts="monolithic,intra,cross",
                 validate_budget="6m", slo_ttft_s=3.0, slo_tbt_s=0.5,
                 plan_s=(("import", 5), ("serve", 20), ("replay", 45), ("profile", 70), ("forecast", 5),
-                        ("recommend", 5), ("validate", 180), ("apply", 15), ("report", 20)))
+                        ("validate", 240), ("recommend", 10), ("apply", 15), ("report", 20)))
 QUICK = Settings(model="tiny", requests=16, rate_rps=2.0, token_scale=0.03, max_prompt=64,
-                 max_batch=16, validate_requests=6, validate_layouts="monolithic",
+                 max_batch=16, validate_layouts="monolithic",
                  validate_budget="6m", slo_ttft_s=3.0, slo_tbt_s=0.5,
                  plan_s=(("import", 5), ("serve", 10), ("replay", 10), ("profile", 20), ("forecast", 5),
-                         ("recommend", 5), ("validate", 90), ("apply", 10), ("report", 20)))
+                         ("validate", 90), ("recommend", 10), ("apply", 10), ("report", 20)))
 VALIDATE_MODEL = "tiny"  # validate starts and calibrates one server per layout: smollm2 thrice is minutes
 
 
@@ -76,30 +77,17 @@ def done(t0: float) -> None:
     say(f"  ({time.perf_counter() - t0:.1f} s)")
 
 
-def has_command(name: str, flag: str | None = None) -> bool:
-    """Whether this build's CLI has `gpuprobe NAME` (and, given, its FLAG): a stage whose piece
-    is missing says so and the demo goes on."""
-    from gpuprobe.cli.main import build_parser
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    cmd = sub.choices.get(name)
-    if cmd is None:
-        return False
-    return flag is None or any(flag in a.option_strings for a in cmd._actions)
-
-
-def skipped(run: Run, piece: str, why: str = "not in this build") -> None:
+def skipped(run: Run, piece: str, why: str) -> None:
     say(f"  skipped: {piece} {why}")
     run.skipped.append(f"{piece} {why}")
 
 
 def gpuprobe(run: Run, name: str, *argv) -> int:
-    """Run `gpuprobe NAME ARGV --store STORE` in this process, exactly as a user would, its
+    """Run `gpuprobe NAME ARGV --store STORE` as a user would, a process of its own with its
     output passed through. A non-zero exit is recorded and the demo goes on."""
-    from gpuprobe.cli.main import main
     args = [name, "--store", str(run.store), *(str(a) for a in argv)]
     say("  $ gpuprobe " + " ".join(args))
-    rc = main(args)
+    rc = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", *args], check=False).returncode
     if rc:
         say(f"  failed: gpuprobe {name} exited {rc}")
         run.failed.append(name)

@@ -6,7 +6,7 @@ import secrets
 import subprocess
 import sys
 
-from gpuprobe.demo.common import VALIDATE_MODEL, Run, done, gpuprobe, has_command, say, skipped, stage
+from gpuprobe.demo.common import VALIDATE_MODEL, Run, done, gpuprobe, say, skipped, stage
 
 TRACES = ("azure-code", "azure-conv")  # bundled trace aliases (gpuprobe.workloads.loading)
 REPLAYED = "azure-conv"  # the chat trace: the one a reference server serves in the demo
@@ -57,7 +57,7 @@ def stage_serve(run: Run, store, stack) -> None:
     srv = start_server(run.model, "monolithic", store=str(run.store), log_path=str(run.out / "serve.log"),
                        admin_token_file=str(run.token_file), timeout_s=600.0,
                        # profile's decode bursts (48-64 at once) must not be refused as overload
-                       max_queue_wait="0" if has_command("serve", "--max-queue-wait") else None)
+                       max_queue_wait="0")
     stack.callback(srv.stop)
     run.url = srv.url
     log = open(run.out / "agent.log", "ab")  # noqa: SIM115 - the child holds its own copy
@@ -113,27 +113,19 @@ def stage_profile(run: Run, store) -> None:
 
 def stage_forecast(run: Run, store) -> None:
     t = stage(f"forecast {REPLAYED}'s load (bucket 60 s, next 10 minutes)")
-    if importlib.util.find_spec("gpuprobe.forecast") is None:
-        return skipped(run, "forecast (gpuprobe.forecast)")
-    if all(has_command("forecast", f) for f in ("--workload", "--bucket", "--horizon")):
-        gpuprobe(run, "forecast", "--workload", REPLAYED, "--bucket", "60s", "--horizon", "10m")
-    else:
-        from gpuprobe.forecast import forecast_workload, store_forecast
-        fc = forecast_workload(store.workload(REPLAYED), bucket_s=60.0, horizon_s=600.0)
-        say(f"  stored as forecast {store_forecast(store, fc, REPLAYED)}")
+    gpuprobe(run, "forecast", "--workload", REPLAYED, "--bucket", "60s", "--horizon", "10m")
     done(t)
 
 
 def stage_recommend(run: Run, store) -> None:
     s = run.settings
-    t = stage(f"recommend a layout for the replayed slice on 2 devices (SLO TTFT p99 <= {s.slo_ttft_s:g} s, "
-              f"TBT <= {s.slo_tbt_s * 1000:.0f} ms); candidates ranked by goodput per GPU (the one rule)")
+    t = stage(f"recommend a layout for the replayed slice on 2 devices (SLO: 90% of requests with a first "
+              f"token within {s.slo_ttft_s:g} s and a token every {s.slo_tbt_s * 1000:.0f} ms); candidates "
+              f"ranked by goodput per GPU (the one rule), weighed against the validate just run")
     if run.profile is None:
         return skipped(run, "recommend", "(no profile: the profile stage failed)")
     before = len(store.recommendations())
-    gpuprobe(run, "recommend", "--workload", REPLAYED, "--profile", run.profile, "--devices", 2,
-             "--limit", s.requests, "--token-scale", s.token_scale, "--rate", s.rate_rps,
-             "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s)
+    gpuprobe(run, "recommend", *recommend_argv(s, run.profile))
     recs = store.recommendations()
     if len(recs) > before:
         run.recommendation = int(recs["pk"].max())
@@ -141,16 +133,26 @@ def stage_recommend(run: Run, store) -> None:
     done(t)
 
 
+def recommend_argv(s, profile) -> list:
+    """The demo's question to `gpuprobe recommend`: the replayed slice on 2 devices."""
+    return ["--workload", REPLAYED, "--profile", profile, "--devices", 2, "--limit", s.requests,
+            "--token-scale", s.token_scale, "--rate", s.rate_rps, "--slo-ttft", s.slo_ttft_s,
+            "--slo-tpot", s.slo_tbt_s]
+
+
 def stage_validate(run: Run, store) -> None:
     s = run.settings
+    # the slice and SLO recommend weighs next (the first N requests at the same lengths and mean
+    # rate), so its measured best layout answers the same question the recommendation does
     t = stage(f"validate: measure {s.validate_layouts.replace(',', ', ')} on the reference server "
-              f"({VALIDATE_MODEL}, {s.validate_requests} requests, one replay) against the predictions")
+              f"({VALIDATE_MODEL}, the first {s.requests} requests at {s.rate_rps:g} req/s, lengths "
+              f"x{s.token_scale:g}, one replay) against the predictions")
     plot = run.out / "validate.html"
     argv = ["--workload", REPLAYED, "--model", VALIDATE_MODEL, "--layouts", s.validate_layouts,
-            "--limit", s.validate_requests, "--replays", 1, "--no-interleave", "--no-speed-probe",
-            "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s, "--plot", plot]
-    if has_command("validate", "--budget"):
-        argv += ["--budget", s.validate_budget]
+            "--limit", s.requests, "--rate", s.rate_rps, "--token-scale", s.token_scale,
+            "--replays", 1, "--no-interleave", "--no-speed-probe",
+            "--slo-ttft", s.slo_ttft_s, "--slo-tpot", s.slo_tbt_s, "--plot", plot,
+            "--budget", s.validate_budget]
     if gpuprobe(run, "validate", *argv) == 0:
         run.made["validate plot"] = plot
     done(t)
@@ -167,8 +169,6 @@ def stage_apply(run: Run, store) -> None:
 
 def stage_report(run: Run, store) -> None:
     t = stage("write the report (HTML and PDF)")
-    if not has_command("report"):
-        return skipped(run, "report (gpuprobe report)")
     html, pdf = run.out / "report.html", run.out / "report.pdf"
     argv = ["--workload", REPLAYED, "--out", html, "--pdf", pdf]
     if run.recommendation is not None:
@@ -199,8 +199,6 @@ def summary(run: Run, store) -> None:
 def serve_dashboard(run: Run, port: int = 8501) -> None:
     """The dashboard on the demo's store until Ctrl-C (the server and agent stay up meanwhile)."""
     stage(f"dashboard at http://127.0.0.1:{port} (Ctrl-C to stop)")
-    if not has_command("dashboard"):
-        return skipped(run, "dashboard (gpuprobe dashboard)")
     proc = subprocess.Popen([sys.executable, "-m", "gpuprobe.cli.main", "dashboard", "--store", str(run.store),
                              "--port", str(port), "--host", "127.0.0.1"])
     try:

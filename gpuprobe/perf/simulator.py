@@ -72,7 +72,7 @@ def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = S
     req["prompt_tokens"] = prompt
     if cached is not None:
         req["cached_tokens"] = cached
-    summary = summarize(req, tbt, slo, num_devices(layout, config))
+    summary = summarize(req, tbt, slo, num_devices(layout, config, profile))
     summary.update(raw.stats)
     summary["layout"] = layout
     summary["confidence"] = _confidence(profile, layout, raw.stats)

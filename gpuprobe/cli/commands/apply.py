@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.cli.argtypes import http_url, positive_int
+from gpuprobe.argtypes import http_url, positive_int
 
 NAME = "apply"
 HELP = ("switch a running reference server to a stored recommendation (POST /admin/layout), "
@@ -37,9 +37,13 @@ def run(args) -> int:
     share = f" prefill_share={out['prefill_share']:g}" if out["prefill_share"] is not None else ""
     chunk = (f" chunked_prefill_tokens={out['chunked_prefill_tokens']}"
              if out["chunked_prefill_tokens"] else "")
-    print(f"{out['target']} now runs {out['layout']}{share}{chunk} (switched in "
-          f"{out['switch'].get('duration_s', 0):.2f} s; layout event by {out['actor']}: "
-          f"{out['reason']}); recommendation {out['recommendation']} marked applied")
+    if out.get("unchanged"):
+        print(f"{out['target']} already runs {out['layout']}{share}{chunk}: not switched (a switch "
+              f"restarts the workers); recommendation {out['recommendation']} marked applied")
+    else:
+        print(f"{out['target']} now runs {out['layout']}{share}{chunk} (switched in "
+              f"{out['switch'].get('duration_s', 0):.2f} s; layout event by {out['actor']}: "
+              f"{out['reason']}); recommendation {out['recommendation']} marked applied")
     for item in out["kept"]:
         print(f"not changed by a live switch: {item}")
     return 0
