@@ -171,12 +171,12 @@ class Agent:
         if self.cfg.metrics_port is not None:
             try:
                 server, self.metrics_port = serve(self.latest, self.counters, self.cfg.metrics_port,
-                                                  self.cfg.metrics_addr)
+                                                  self.cfg.listen)
             except OSError as exc:  # the port is taken, or the address is not this host's
-                where = f"{self.cfg.metrics_addr}:{self.cfg.metrics_port}"
+                where = f"{self.cfg.listen}:{self.cfg.metrics_port}"
                 raise UserError(f"/metrics: cannot listen on {where} ({exc.strerror or exc}; "
-                                f"see --metrics-port, --metrics-addr, --no-metrics)") from None
-            self.log(f"serving /metrics on http://{self.cfg.metrics_addr}:{self.metrics_port}/metrics")
+                                f"see --metrics-port, --listen, --no-metrics)") from None
+            self.log(f"serving /metrics on http://{self.cfg.listen}:{self.metrics_port}/metrics")
         sources = self._sources()
         tasks = [asyncio.create_task(every(iv, self._tick(c), on_error=self._on_error(n)))
                  for n, iv, c in sources]
