@@ -150,7 +150,13 @@ def test_apply_under_streaming_load_then_check(server, capsys):
     assert any("max_num_seqs 32" in k for k in out["kept"])
     last = _layout(srv.url)["history"][-1]
     assert (last["actor"], last["to"], last["status"]) == ("gpuprobe-apply", "monolithic", "ok")
-    time.sleep(1.5)  # the server's telemetry thread writes every 0.5 s
+    deadline = time.monotonic() + 60  # the server's telemetry thread writes every 0.5 s
+    while time.monotonic() < deadline:
+        with Store.open(db) as store:
+            if check_recommendation(store, rid)["num_requests"] >= len(after) and \
+                    store.layout_events().iloc[-1]["actor"] == "gpuprobe-apply":
+                break
+        time.sleep(0.2)
     with Store.open(db) as store:
         rec = store.recommendation(rid)
         assert rec["applied_target"] == srv.url and rec["applied_s"] == pytest.approx(

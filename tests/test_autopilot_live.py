@@ -59,7 +59,11 @@ def server(tmp_path_factory):
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
+    # four sequences at a time: a server that falls behind (a crowded machine) finishes the
+    # requests in the order they came, a few at a time, so the finished rows the autopilot reads
+    # still move through the trace; with 64 it took in every request and finished all at the end
     srv = start_server("tiny", "monolithic", store=str(tmp / "s.db"), max_queue_wait="0",
+                       max_num_seqs=4,
                        cross_decode_addr=f"127.0.0.1:{blocker.getsockname()[1]}",
                        admin_token_file=str(tmp / "token"), log_path=str(tmp / "log"))
     srv.db = str(tmp / "s.db")
@@ -69,36 +73,49 @@ def server(tmp_path_factory):
 
 
 def _shift_workload(seed=1):
-    # 14 s after the shift: a crowded machine's server finishes requests late and in bursts,
-    # and the dwell needs two clean windows in a row among them
-    return synthesize(RATE, SHIFT + 14.0, LENGTHS, mix_shift=("decode-heavy", "prefill-heavy"),
+    # 10 s after the shift: the lead shows in one decision and lasts through the next one, and
+    # a few decisions follow the switch
+    return synthesize(RATE, SHIFT + 10.0, LENGTHS, mix_shift=("decode-heavy", "prefill-heavy"),
                       shift_at_s=SHIFT, seed=seed)
 
 
 def _drive(server, profile, wl, policy, dry_run=False, token=TOKEN):
     """Replay `wl` in a thread while the autopilot decides; returns (decisions, layout
-    events, replay result, the replay's start in epoch seconds)."""
+    events, replay result, the server's request rows, the autopilot's lines).
+
+    The test decides when the autopilot decides: each time the server has finished requests
+    that arrived INTERVAL s (of the trace's clock) after the newest one the last decision
+    read, and once more when the replay is over. On a crowded machine the server finishes
+    late and in bursts, and decisions on a wall-clock interval saw windows with nothing
+    finished ("no traffic") and leads that never aged; waiting on the server's progress makes
+    a slow run slower, not different."""
     out, lines = {}, []
     t_start = time.time()
-    th = threading.Thread(target=lambda: out.update(r=replay(wl, server.url, drain_s=30.0)))
+    th = threading.Thread(target=lambda: out.update(r=replay(wl, server.url)))
     th.start()
-    stop = threading.Event()
-
-    def until_drained():  # a slow (shared) machine finishes late: decide until it has
-        th.join()
-        time.sleep(2 * INTERVAL)
-        stop.set()
-    threading.Thread(target=until_drained, daemon=True).start()
     with Store.open(server.db) as store:
         ap = Autopilot(store, Target(server.url, token), profile, parse_slo(SLO),
                        AutopilotConfig(server.url, INTERVAL, WINDOW, dry_run, policy, "window", forecast=False),
                        say=lines.append)
-        ap.run(stop)
+        read, deadline = None, time.monotonic() + 240
+        while True:
+            rows = store.requests(source="server", since_s=t_start)
+            over = not th.is_alive() and len(rows) >= len(wl)  # every request's row is in
+            newest = float(rows["arrival_s"].max()) if len(rows) else None
+            if newest is not None and (read is None or newest >= read + INTERVAL
+                                       or (over and newest > read)):
+                ap.step()
+                read = newest
+            elif over:
+                break
+            assert time.monotonic() < deadline, "the replay never finished:\n" + "\n".join(lines)
+            time.sleep(0.2)
+        ap.close_outcome(partial=True)
         th.join()
         decisions = store.decisions(server.url, since_s=t_start)
         switched = decisions.action.eq("switch").sum()
-        deadline = time.time() + 10  # the server's telemetry writes its events every 0.5 s
-        while len(events := store.layout_events(since_s=t_start)) < switched and time.time() < deadline:
+        deadline = time.monotonic() + 60  # the server's telemetry writes its events every 0.5 s
+        while len(events := store.layout_events(since_s=t_start)) < switched and time.monotonic() < deadline:
             time.sleep(0.2)
         rows = store.requests(source="server", since_s=t_start)
     return decisions, events, out["r"], rows, lines
@@ -188,6 +205,14 @@ def test_switches_once_after_the_shift_and_no_request_fails(server, profile):
     assert events.reason.iloc[0].startswith("switch monolithic -> intra@0.5")
 
 
+class Clock:
+    def __init__(self, t: float):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def _server_rows(mix: str, now: float, seed: int) -> list[dict]:
     """Request rows as the server writes them, finished just now, of one mix."""
     wl = synthesize(RATE, WINDOW, LENGTHS, mix_shift=(mix, mix), seed=seed)
@@ -201,14 +226,15 @@ def test_failed_switch_retried_once_then_halts_with_an_event(server, profile, tm
     """A tighter TBT target (60 ms) leaves only cross for the prefill-heavy mix; cross cannot
     start on this server: tried, retried once after the cooldown, then held with an event."""
     _reset(server)
+    clock = Clock(time.time())  # the cooldown runs on the test's clock, not the machine's speed
     with Store.open(tmp_path / "fail.db") as store:
-        store.insert_requests(_server_rows("prefill-heavy", time.time(), 5))
+        store.insert_requests(_server_rows("prefill-heavy", clock.t, 5))
         ap = Autopilot(store, Target(server.url, TOKEN), profile,
                        parse_slo("ttft_p99=1s,tbt_p99=60ms,attain=0.9"),
                        AutopilotConfig(server.url, INTERVAL, 600.0, False, PolicyConfig(0.0, 0.1, 1.0),
-                                       "window", forecast=False), say=lambda _: None)
+                                       "window", forecast=False), say=lambda _: None, clock=clock)
         first, cooling = ap.step(), ap.step()
-        time.sleep(1.1)
+        clock.t += 1.1
         retry, held = ap.step(), ap.step()
         events = store.events(source="autopilot")
     assert first["action"] == "switch-failed" and first["chosen_layout"] == "cross", first

@@ -35,7 +35,7 @@ class AgentThread:
     """An in-process agent on its own event loop, serving /metrics on a free port."""
 
     def __init__(self, db: Path, host: str, scrape: str, gpus: int):
-        cfg = config.AgentConfig(metrics_port=0, metrics_addr="127.0.0.1", flush_interval=0.5, duration=0,
+        cfg = config.AgentConfig(metrics_port=0, flush_interval=0.5, duration=0,
                                  scrape=(scrape,), intervals=config.Intervals(nvml=0.5, gpm=0.5, proc=0,
                                                                              host=0.5, scrape=1.0))
         self.store = Store.open(db)
@@ -44,7 +44,7 @@ class AgentThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self.agent.run(),), daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while self.agent.metrics_port is None and time.monotonic() < deadline:
             time.sleep(0.05)
         self.target = f"127.0.0.1:{self.agent.metrics_port}"
@@ -180,10 +180,21 @@ def test_fleet_through_prometheus(tmp_path):
             assert len(fc["series"]["prefill_tokens_per_s"]["mean"]) == 2 and fc["forecast_id"]
 
             # report --source: the GPU counters in prefill- and decode-heavy periods from Prometheus.
+            # A decode-heavy stretch (4 tokens in, 40 out) after the 5 : 1 one, so the range holds
+            # both phases whatever the machine's speed: one mix alone made the phases depend on how
+            # requests fell across the buckets' edges.
+            decode = {**request, "prompt": [5, 6, 7, 8], "max_tokens": 40}
+            for _ in range(4):
+                _post(srv.url + "/v1/completions", decode)
+                time.sleep(0.5)
+            _wait_for(lambda: [v for _, v in src.api.query("sum(vllm:generation_tokens_total)")] == [216],
+                      "216 tokens")
+            time.sleep(2.5)  # one more scrape of every agent's engine rates
+            t2 = time.time()
             out = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "--store", str(tmp_path / "r.db"),
                                   "report", "--workload", "azure-code", "--out", str(tmp_path / "r.html"),
                                   "--source", f"prometheus=http://127.0.0.1:{port}", "--since", f"{t0:.3f}",
-                                  "--until", f"{t1:.3f}", "--json"], capture_output=True, text=True)
+                                  "--until", f"{t2:.3f}", "--json"], capture_output=True, text=True)
             assert out.returncode == 0, out.stderr
             assert "GPU counters beside served requests" not in json.loads(out.stdout)["missing"]
             page = (tmp_path / "r.html").read_text()

@@ -48,11 +48,14 @@ def test_models_entry_carries_vocab_and_context(reference_server):
     assert (entry["vocab_size"], entry["max_model_len"]) == (512, 2048)
 
 
+@pytest.mark.timeout(300)  # the prefill sweep to 2,047 tokens took 107 s on a crowded machine
 def test_profile_reads_the_vocab_and_caps_the_sweep_at_the_context(reference_server, tmp_path,
                                                                     capsys):
     out = tmp_path / "p.json"
+    # --max-batch 2: the decode bursts are not this test's subject (64 streams took a minute)
     rc, stdout, err = cli(capsys, "--store", str(tmp_path / "s.db"), "profile", "--target",
-                          reference_server, "--max-prompt", "100000", "--out", str(out))
+                          reference_server, "--max-prompt", "100000", "--max-batch", "2",
+                          "--out", str(out))
     assert rc == 0, err
     assert "more than the server's context of 2048 tokens" in err and "up to 2047" in err
     assert json.loads(stdout)["workers"] == ["monolithic"]
