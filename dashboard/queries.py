@@ -10,6 +10,8 @@ import json
 import numpy as np
 import pandas as pd
 
+from gpuprobe.decide.recommendation import Recommendation, latest_recommendation, load_recommendation
+from gpuprobe.errors import UserError
 from gpuprobe.store import reads
 
 # (metric, source or None, title, scale, unit): the Live page's counter panels, in order.
@@ -114,14 +116,17 @@ def overview(store) -> dict:
         if meta.get("layout"):
             current = {"layout": meta["layout"], "prefill_share": _num(meta.get("prefill_share")),
                        "since_s": float(serves.iloc[-1]["started_s"]), "actor": "serve"}
-    recs = store.recommendations()
-    latest = store.recommendation(int(recs.iloc[-1]["pk"])) if len(recs) else None
+    try:
+        latest, unreadable = latest_recommendation(store), None
+    except UserError as exc:  # a row written by hand: the page says so instead of failing
+        latest, unreadable = None, str(exc)
     counts = {t: store._conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
               for t in ("requests", "steps", "workloads", "recommendations", "forecasts",
                         "validations", "decisions")}
     return {"hosts": hosts, "gpus": gpus.reset_index(drop=True), "engines": engines,
             "serve_runs": serves[["run_id", "host", "started_s", "ended_s", "meta"]].reset_index(drop=True),
-            "current": current, "recommendation": latest, "counts": counts,
+            "current": current, "recommendation": latest, "recommendation_error": unreadable,
+            "counts": counts,
             "num_series": int(inv["num_metrics"].sum()) if len(inv) else 0}
 
 
@@ -149,16 +154,9 @@ def alerts(store, tbt_slo_s: float | None = None, window_s: float = 300.0) -> li
     return out
 
 
-def slo_tbt_s(rec: dict | None) -> float | None:
-    """The TBT target (s) a recommendation was made for: its SLO's `tbt_s` (or another
-    `tbt..._s` key), never a percentile such as `tbt_pct`."""
-    slo = (rec or {}).get("slo") or {}
-    keys = ["tbt_s"] + [k for k in slo if k.startswith("tbt") and k.endswith("_s") and k != "tbt_s"]
-    for k in keys:
-        v = slo.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-            return float(v)
-    return None
+def slo_tbt_s(rec: Recommendation | None) -> float | None:
+    """The TBT target (s) a recommendation was made for."""
+    return None if rec is None else rec.slo.tbt_s
 
 
 @_locked
@@ -225,8 +223,8 @@ def recommendations(store) -> pd.DataFrame:
 
 
 @_locked
-def recommendation(store, rec_id: int) -> dict | None:
-    return store.recommendation(rec_id)
+def recommendation(store, rec_id: int) -> Recommendation:
+    return load_recommendation(store, rec_id)
 
 
 @_locked

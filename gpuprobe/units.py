@@ -36,3 +36,10 @@ def finite_number(v) -> bool:
     """A finite JSON number: not a string ("1.5" in a hand-edited file is a mistake too), not a
     bool, not NaN or infinity."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def whole_buckets(span_s: float, bucket_s: float) -> int:
+    """How many buckets of bucket_s from 0 a span of span_s seconds (0 to its last request)
+    covers to their end. Bucketed rates (analyze, forecast) stop there: a bucket the data ends
+    inside would read low."""
+    return int(math.floor(span_s / bucket_s + 1e-9))

@@ -65,8 +65,7 @@ def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True,
                         "max_goodput_rps_per_device": 3.25},
                        {"layout": "cross", "params": {"num_prefill": 1, "num_decode": 1}, **cand,
                         "max_goodput_rps_per_device": 1.5}],
-        "reasons": [{"text": "prompt:output ratio 5.2 moves to 0.1 at 300 s", "evidence": {"ratio": 5.2}}],
-        "body": {"plans": {"vllm": "vllm serve MODEL --enable-chunked-prefill --max-num-batched-tokens 2048"}}})
+        "reasons": [{"text": "prompt:output ratio 5.2 moves to 0.1 at 300 s", "evidence": {"ratio": 5.2}}]})
     # prefill's note as older stores hold it (plain text), decode's as store_forecast writes it
     # now: JSON with the series' backtest rows
     backtest = [{"series": "decode_tokens_per_s", "model": model, "mae": mae, "mase": mae / 20, "coverage80": 0.8,

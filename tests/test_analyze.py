@@ -22,15 +22,20 @@ def test_cli_azure_ratio(tmp_path, capsys, trace, ratio):
     assert main(["analyze", "--workload", trace, "--bucket", "10s", "--store", db, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["prompt_output_ratio"] == pytest.approx(ratio, rel=0.02)
-    assert 340 <= len(out["buckets"]) <= 352 and sum(b["num_requests"] for b in out["buckets"]) == out["requests"]
+    # the bucket the trace ends inside is left out of the table (it would read low), not the totals
+    tail = out["tail_requests_not_bucketed"]
+    assert 340 <= len(out["buckets"]) <= 352 and sum(b["num_requests"] for b in out["buckets"]) + tail == out["requests"]
+    assert 0 < out["tail_s_not_bucketed"] < 10 and tail > 0
 
 
 def test_bucket_columns_and_littles_law():
-    df = pd.DataFrame({"arrival_s": [0.0, 1, 2, 25], "prompt_tokens": [100, 300, 200, 50],
-                       "output_tokens": [10, 30, 20, 150]})
+    df = pd.DataFrame({"arrival_s": [0.0, 1, 2, 25, 30], "prompt_tokens": [100, 300, 200, 50, 9],
+                       "output_tokens": [10, 30, 20, 150, 9]})
     mix = analyze(df, bucket_s=10, decode_tbt_s=0.05)
     b = mix.buckets
+    # the request at 30 s opens a bucket the trace ends inside: not a bucket of its own (0 s of it)
     assert b["start_s"].tolist() == [0, 10, 20] and b["num_requests"].tolist() == [3, 0, 1]
+    assert mix.summary["tail_requests_not_bucketed"] == 1 and mix.summary["requests"] == 5
     assert b["prefill_tokens_per_s"].iloc[0] == 60 and b["decode_tokens_per_s"].iloc[0] == 6
     assert b["prefill_token_share"].iloc[0] == pytest.approx(600 / 660) and np.isnan(b["prefill_token_share"].iloc[1])
     assert b["concurrent_decodes_est"].iloc[2] == pytest.approx(15 * 0.05)

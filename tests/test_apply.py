@@ -17,7 +17,8 @@ import pytest
 from test_server_api import stream_completion
 
 from gpuprobe.cli.main import main
-from gpuprobe.decide.apply import ApplyError, apply_recommendation
+from gpuprobe.decide.admin_client import AdminError
+from gpuprobe.decide.apply import apply_recommendation
 from gpuprobe.decide.check import check_recommendation, check_text
 from gpuprobe.errors import UserError
 from gpuprobe.server.kv_transfer import free_port
@@ -68,10 +69,10 @@ def test_faults_change_nothing(server, capsys):
     srv, db, tmp = server
     with Store.open(db) as store:
         rid = _recommendation(store, "intra", {"prefill_share": 0.5})
-        with pytest.raises(ApplyError, match="refused the admin token"):
+        with pytest.raises(AdminError, match="refused the admin token"):
             apply_recommendation(store, rid, srv.url, "not-the-token")
         dead = f"http://127.0.0.1:{free_port('127.0.0.1')}"
-        with pytest.raises(ApplyError, match="cannot reach"):
+        with pytest.raises(AdminError, match="cannot reach"):
             apply_recommendation(store, rid, dead, TOKEN)
         with pytest.raises(UserError, match="no such recommendation"):
             apply_recommendation(store, 9999, srv.url, TOKEN)
@@ -84,7 +85,7 @@ def test_faults_change_nothing(server, capsys):
         while not _layout(srv.url)["switching"]:
             assert time.monotonic() < deadline and other.is_alive(), "never saw the switch"
             time.sleep(0.01)
-        with pytest.raises(ApplyError, match="already in progress"):
+        with pytest.raises(AdminError, match="already in progress"):
             apply_recommendation(store, rid, srv.url, TOKEN)
         other.join(120)
         assert done and done[0]["status"] == "ok" and done[0]["actor"] == "admin"

@@ -25,7 +25,7 @@ import pytest
 from gpuprobe.autopilot.inputs import parse_slo, predict
 from gpuprobe.autopilot.loop import Autopilot, AutopilotConfig
 from gpuprobe.autopilot.policy import PolicyConfig
-from gpuprobe.autopilot.target import Target
+from gpuprobe.decide.admin_client import AdminClient
 from gpuprobe.perf.roofline import roofline_profile
 from gpuprobe.server.launch import start_server
 from gpuprobe.store import Store
@@ -94,7 +94,7 @@ def _drive(server, profile, wl, policy, dry_run=False, token=TOKEN):
     th = threading.Thread(target=lambda: out.update(r=replay(wl, server.url)))
     th.start()
     with Store.open(server.db) as store:
-        ap = Autopilot(store, Target(server.url, token), profile, parse_slo(SLO),
+        ap = Autopilot(store, AdminClient(server.url, token), profile, parse_slo(SLO),
                        AutopilotConfig(server.url, INTERVAL, WINDOW, dry_run, policy, "window", forecast=False),
                        say=lines.append)
         read, deadline = None, time.monotonic() + 240
@@ -132,9 +132,9 @@ def _decisions_after_shift(dec, action: str) -> int:
 
 
 def _reset(server):
-    t = Target(server.url, TOKEN)
+    t = AdminClient(server.url, TOKEN)
     if t.layout()["layout"] != "monolithic":
-        t.switch("monolithic", {}, "test reset")
+        t.switch({"layout": "monolithic"}, "test", "test reset")
 
 
 def test_physics_prefers_different_layouts(profile):
@@ -155,7 +155,7 @@ def test_dry_run_logs_the_decision_and_switches_nothing(server, profile):
     # the lead shows in one decision, the dwell wants a second; one spare for a window that
     # holds both mixes
     assert 0 < _decisions_after_shift(dec, "would-switch") <= 3, "\n".join(lines)
-    assert Target(server.url, TOKEN).layout()["layout"] == "monolithic"
+    assert AdminClient(server.url, TOKEN).layout()["layout"] == "monolithic"
 
 
 def test_oscillating_mix_never_switches(server, profile):
@@ -173,7 +173,7 @@ def test_oscillating_mix_never_switches(server, profile):
 def test_refused_token_and_no_traffic_change_nothing(server, profile, tmp_path):
     with Store.open(tmp_path / "empty.db") as store:  # the server's requests are not in it
         def one(token):
-            ap = Autopilot(store, Target(server.url, token), profile, parse_slo(SLO),
+            ap = Autopilot(store, AdminClient(server.url, token), profile, parse_slo(SLO),
                            AutopilotConfig(server.url, INTERVAL, WINDOW, False, SHIFT_POLICY, "window", forecast=False),
                            say=lambda _: None)
             return ap.step()
@@ -182,7 +182,7 @@ def test_refused_token_and_no_traffic_change_nothing(server, profile, tmp_path):
     assert refused["action"] == "no-target" and "refused the admin token (401" in refused["reason"]
     assert "nothing changed, retried next interval" in refused["reason"]
     assert quiet["action"] == "hold" and quiet["reason"].startswith("no traffic")
-    assert Target(server.url, TOKEN).layout()["layout"] == "monolithic"
+    assert AdminClient(server.url, TOKEN).layout()["layout"] == "monolithic"
 
 
 def test_switches_once_after_the_shift_and_no_request_fails(server, profile):
@@ -229,7 +229,7 @@ def test_failed_switch_retried_once_then_halts_with_an_event(server, profile, tm
     clock = Clock(time.time())  # the cooldown runs on the test's clock, not the machine's speed
     with Store.open(tmp_path / "fail.db") as store:
         store.insert_requests(_server_rows("prefill-heavy", clock.t, 5))
-        ap = Autopilot(store, Target(server.url, TOKEN), profile,
+        ap = Autopilot(store, AdminClient(server.url, TOKEN), profile,
                        parse_slo("ttft_p99=1s,tbt_p99=60ms,attain=0.9"),
                        AutopilotConfig(server.url, INTERVAL, 600.0, False, PolicyConfig(0.0, 0.1, 1.0),
                                        "window", forecast=False), say=lambda _: None, clock=clock)
@@ -243,14 +243,14 @@ def test_failed_switch_retried_once_then_halts_with_an_event(server, profile, tm
     assert retry["reason"].endswith("halted (event raised)")
     assert held["action"] == "hold" and held["reason"].startswith("halted"), held
     assert list(events.kind) == ["autopilot_halted"] and "failed 2 times" in events.message[0]
-    assert Target(server.url, TOKEN).layout()["layout"] == "monolithic"
+    assert AdminClient(server.url, TOKEN).layout()["layout"] == "monolithic"
 
 
 def test_switch_cut_off_midway_is_logged_and_the_layout_reread(server, profile, tmp_path):
     """The switch request times out while the server is still switching: the decision says
     so and assumes nothing; the next one reads the layout the server ended up with."""
     now = time.time()
-    t = Target(server.url, TOKEN, switch_timeout_s=0.05)
+    t = AdminClient(server.url, TOKEN, switch_timeout_s=0.05)
     before = t.layout()["layout"]
     want = "monolithic" if before != "monolithic" else "intra"
     mix = "decode-heavy" if want == "monolithic" else "prefill-heavy"
@@ -261,7 +261,7 @@ def test_switch_cut_off_midway_is_logged_and_the_layout_reread(server, profile, 
                        say=lambda _: None)
         first = ap.step()
         deadline = time.time() + 120
-        while Target(server.url, TOKEN).layout()["layout"] != want and time.time() < deadline:
+        while AdminClient(server.url, TOKEN).layout()["layout"] != want and time.time() < deadline:
             time.sleep(0.5)
         second = ap.step()
     assert first["action"] == "no-target" and "broke off" in first["reason"], first

@@ -42,7 +42,8 @@ def test_bad_store_file_is_one_line_exit_2(tmp_path):
 
 def test_import_gpuprobe_is_light():
     code = ("import sys, gpuprobe, gpuprobe.store, gpuprobe.cli.main; gpuprobe.cli.main.build_parser();"
-            "heavy = [m for m in ('torch', 'streamlit', 'pynvml', 'statsmodels') if m in sys.modules];"
+            "heavy = [m for m in ('torch', 'streamlit', 'pynvml', 'statsmodels',"
+            " 'aiconfigurator_core') if m in sys.modules];"
             "print(heavy); sys.exit(1 if heavy else 0)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -259,3 +259,11 @@ def test_analyze_shows_an_idle_window(tmp_path, capsys, json_api):
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert "requests finished 0 over" in out.out and "prefill share n/a" in out.out
+
+
+def test_analyze_names_a_prometheus_without_engine_counters(tmp_path, capsys, json_api):
+    # An empty range answer reached a UserError the command had not imported: a NameError.
+    url, answers = json_api
+    answers["/api/v1/query_range"] = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    rc, lines = cli(capsys, "analyze", "--source", f"prometheus={url}", "--store", tmp_path / "s.db")
+    assert rc == 2 and len(lines) == 1 and "no engine token counters" in lines[0], lines

@@ -33,6 +33,14 @@ CASES = [
     (["synth", "--name", "s", "--rate", "-2"], "rate"),
     (["agent", "--duration", "soon"], "duration"),
     (["store", "retention", "--max-age", "soon"], "--max-age"),
+    (["worker", "--role", "decode", "--listen", "127.0.0.1:0", "--link-secret-file",
+      "{tmp}/missing"], "--link-secret-file {tmp}/missing: cannot read"),
+    (["worker", "--role", "decode", "--listen", "nohost", "--link-secret-file", "x"], "--listen"),
+    (["serve", "--prefill-workers", "127.0.0.2:9000"], "--decode-workers go together"),
+    (["serve", "--prefill-workers", "127.0.0.2:9000", "--decode-workers", "127.0.0.3:0"],
+     "a worker's port cannot be 0"),
+    (["serve", "--prefill-workers", "127.0.0.2:9000", "--decode-workers", "127.0.0.3:9000"],
+     "--link-secret-file is required"),
 ]
 
 
@@ -43,7 +51,7 @@ def test_user_error_is_one_line_exit_2(tmp_path, broken_csv, argv, needle):
     assert out.returncode == 2, out.stderr
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
-    assert needle in lines[0]
+    assert needle.format(tmp=tmp_path) in lines[0]
 
 
 def test_broken_import_keeps_what_was_stored(tmp_path, broken_csv):
@@ -72,3 +80,11 @@ def test_serve_refuses_a_malformed_kv_ring_size(tmp_path, monkeypatch):
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "GPUPROBE_KV_RING_MB='2G'" in lines[0]
+
+
+def test_a_short_link_secret_is_refused(tmp_path):
+    (tmp_path / "secret").write_text("abc\n")
+    out = gp("worker", "--role", "prefill", "--listen", "127.0.0.1:0", "--link-secret-file",
+             str(tmp_path / "secret"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "the secret must be at least 16 characters" in out.stderr

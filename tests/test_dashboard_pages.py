@@ -171,13 +171,13 @@ def test_recommend_ranks_candidates_and_lists_reasons_plans_and_log(filled, monk
     assert list(cands["layout"]) == ["intra", "monolithic", "cross"]
     assert list(cands["rank"]) == [1, 2, 3]
     assert "prompt:output ratio 5.2" in texts(at.markdown)
-    assert [t.label for t in at.tabs] == ["vllm"]  # the plans stored with it
-    assert "--enable-chunked-prefill" in texts(at.code)
+    assert [t.label for t in at.tabs] == ["vllm", "sglang", "dynamo", "gpuprobe"]
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=70" in texts(at.code)  # intra at 70% prefill
     log = at.dataframe[1].value
     assert list(log["chosen_layout"]) == ["intra"] and list(log["action"]) == ["switch"]
 
 
-def test_recommend_without_stored_plans_builds_each_engines(tmp_path, monkeypatch):
+def test_recommend_without_a_model_builds_each_engines_plans(tmp_path, monkeypatch):
     with Store.open(tmp_path / "p.db") as store:
         store.insert_recommendation({"workload": "w", "layout": "intra", "prefill_share": 0.7,
                                      "params": {"prefill_share": 0.7}})

@@ -14,7 +14,9 @@ from dashboard_fill import NUM_REQUESTS, SPAN_S, T0, fill
 from gpuprobe.collectors import config
 from gpuprobe.collectors.agent import Agent
 from gpuprobe.dashboard import queries
-from gpuprobe.dashboard.apply import ApplyError, apply
+from gpuprobe.dashboard.apply import apply
+from gpuprobe.decide.admin_client import AdminError
+from gpuprobe.errors import UserError
 from gpuprobe.store import Sample, Store
 from gpuprobe.store.reads import data_version, request_buckets, request_span, sample_span
 
@@ -75,9 +77,10 @@ def test_agent_stores_dropped_samples_as_events(tmp_path):
 
 def test_apply_to_a_closed_port_is_one_line_and_marks_nothing(tmp_path):
     fill(tmp_path / "s.db").close()
-    with pytest.raises(ApplyError, match=r"cannot reach http://127.0.0.1:9"):
+    with pytest.raises(AdminError, match=r"cannot reach http://127.0.0.1:9") as err:
         apply(str(tmp_path / "s.db"), 1, "http://127.0.0.1:9", "t")
-    with pytest.raises(ApplyError, match="give the server's URL"):
+    assert err.value.kind == "unreachable"
+    with pytest.raises(UserError, match="give the server's URL"):
         apply(str(tmp_path / "s.db"), 1, "127.0.0.1:8000", "t")
     with Store.open(tmp_path / "s.db", read_only=True) as store:
         assert store.recommendation(1)["applied_s"] is None

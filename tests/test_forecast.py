@@ -120,3 +120,36 @@ def test_evaluate_frame_sees_what_as_of_sees():
     direct = forecast_workload(df, 10.0, 60.0, as_of_s=500.0, series=("decode",))["series"]["decode_tokens_per_s"]
     actual = full["decode_tokens_per_s"].to_numpy()[50:56]
     assert np.isclose(table.loc[0, "mae"], np.mean(np.abs(actual - np.array(direct["mean"]))))
+
+
+def test_azure_conv_at_60s_starts_from_the_last_whole_bucket_and_bands_nest(tmp_path):
+    """The trace ends 21.7 s into its last 60 s bucket: that bucket read as 0.2 req/s (the
+    load was ~4) and the forecast climbed from there. History now ends at the last whole bucket,
+    and every stored row's 95% band holds its 80% band."""
+    db = tmp_path / "s.db"
+    p = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", "--store", str(db), "forecast", "--workload",
+                        "azure-conv", "--bucket", "60s", "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    from gpuprobe.store import Store
+    from gpuprobe.workloads.loading import load_workload
+    span = float(load_workload(None, "azure-conv")["arrival_s"].max())
+    assert r["as_of_s"] == (span // 60) * 60 and r["as_of_s"] < span
+    assert any("last whole bucket" in n for n in r["notes"])
+    frame = bucket_series(load_workload(None, "azure-conv"), 60.0, r["as_of_s"])
+    recent = frame["requests_per_s"].iloc[-5:].mean()
+    assert 0.5 * recent < r["series"]["requests_per_s"]["mean"][0] < 2 * recent
+    with Store.open(db) as store:
+        rows = store.forecasts(forecast_id=r["forecast_id"])
+    assert len(rows) == 3 and rows["metric"].nunique() == 3
+    assert ((rows["lo95"] <= rows["lo80"]) & (rows["lo80"] <= rows["value"]) & (rows["value"] <= rows["hi80"])
+            & (rows["hi80"] <= rows["hi95"])).all()
+
+
+def test_bands_nest_on_short_noisy_series():
+    rng = np.random.default_rng(5)
+    for seed in range(20):
+        y = rng.gamma(1.0 + seed % 4, 100.0, 40 + seed) * (rng.random(40 + seed) > 0.3)
+        out = forecast_series(y, 6)
+        for i in range(6):
+            assert out["lo95"][i] <= out["lo80"][i] <= out["mean"][i] <= out["hi80"][i] <= out["hi95"][i], (seed, i)

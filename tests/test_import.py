@@ -79,6 +79,29 @@ def test_generic_map_jsonl_ms(store, tmp_path):
     assert store.workload("g")["arrival_s"].tolist() == [0.0, 0.5]
 
 
+def test_own_column_names_need_no_map(store, tmp_path, capsys):
+    """A CSV or JSONL written with gpuprobe's names is detected and read as itself, by import and
+    wherever a workload file is taken (here simulate's --workload)."""
+    p = write(tmp_path, "timestamp,prompt_tokens,output_tokens,model\n10,5,6,m\n12.5,7,8,m\n")
+    r = import_trace(store, p, "own")
+    df = store.workload("own")
+    assert r.format == "csv" and df["arrival_s"].tolist() == [0.0, 2.5]
+    assert df["prompt_tokens"].tolist() == [5, 7] and df["model"].tolist() == ["m", "m"]
+    j = write(tmp_path, '{"timestamp": 1, "prompt_tokens": 3, "output_tokens": 4}\n', "own.jsonl")
+    assert import_trace(store, j, "ownj").format == "csv"
+    from gpuprobe.workloads.loading import load_workload
+    assert load_workload(None, str(p))["output_tokens"].tolist() == [6, 8]
+
+
+def test_unknown_columns_hint_is_a_whole_command(store, tmp_path):
+    p = write(tmp_path, "when,in,out\n1,2,3\n")
+    with pytest.raises(UserError) as e:
+        import_trace(store, p, "x")
+    msg = str(e.value)
+    assert "columns found: in, out, when" in msg and "rename the columns" in msg
+    assert "`gpuprobe import " + str(p) + " --format csv --map timestamp=COL" in msg
+
+
 def test_recorded_export_and_store(store, tmp_path):
     store.insert_requests([{"source": "serve", "request_id": str(i), "arrival_s": 100.0 + i, "prompt_tokens": 9,
                             "output_tokens": 3, "status": "ok" if i else "http_429"} for i in range(4)])

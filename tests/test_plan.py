@@ -41,7 +41,8 @@ def test_plan_writes_files_and_runs_nothing(tmp_path, engine, layout, capsys):
     names = {p.name for p in out.iterdir()}
     assert {"launch.sh", "README.md", "plan.json"} <= names
     plan = json.loads((out / "plan.json").read_text())
-    assert plan["recommendation"] == ids[layout] and plan["target"]["layout"] == layout
+    assert plan["recommendation"] == ids[layout] and plan["deployment"]["layout"] == layout
+    assert plan["deployment"]["devices"] == {"monolithic": 1, "intra": 1, "cross": 5}[layout]
     # the profile's model reaches every engine command that names one
     argv = [a for p in plan["processes"] for a in p["argv"]]
     if engine != "gpuprobe":

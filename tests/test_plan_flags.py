@@ -12,19 +12,19 @@ import pytest
 
 from gpuprobe.decide.plans import build_plan, render
 from gpuprobe.decide.plans.plan import Process
-from gpuprobe.decide.rec_params import Target
+from gpuprobe.decide.recommendation import Deployment, Recommendation
 
 TABLE = json.loads((Path(__file__).parent / "fixtures" / "engine_flags.json").read_text())
-TARGETS = {
-    "mono-chunked-2dev": Target(1, "w", "monolithic", None, True, 512, 128, devices=2),
-    "mono-whole": Target(2, "w", "monolithic", None, False, 8192, 256),
-    "intra": Target(3, "w", "intra", 0.35),
-    "cross-1p1d-nvlink": Target(4, "w", "cross", 0.5, link="nvlink", devices=2),
-    "cross-2p3d-ib": Target(5, "w", "cross", 0.4, prefill_devices=2, decode_devices=3,
-                            devices=5, link="ib"),
-    "cross-1p2d-tcp": Target(6, "w", "cross", 0.33, prefill_devices=1, decode_devices=2,
-                             devices=3, link="tcp"),
+DEPLOYMENTS = {
+    "mono-chunked-2dev": Deployment("monolithic", 512, max_num_seqs=128, replicas=2),
+    "mono-whole": Deployment("monolithic", max_num_seqs=256),
+    "intra": Deployment("intra", prefill_share=0.35),
+    "cross-1p1d-nvlink": Deployment("cross", link="nvlink"),
+    "cross-2p3d-ib": Deployment("cross", num_prefill=2, num_decode=3, link="ib"),
+    "cross-1p2d-tcp": Deployment("cross", num_decode=2, link="tcp"),
 }
+TARGETS = {case: Recommendation(d, id=i, workload={"name": "w"})
+           for i, (case, d) in enumerate(DEPLOYMENTS.items(), 1)}
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 
@@ -79,7 +79,7 @@ def test_plan_uses_only_documented_names(engine, case):
         assert pct == [35, 65] and plan.setup
     if t.layout == "cross":
         servers = [p for p in plan.processes if "prefill" in p.name or "decode" in p.name]
-        assert len(servers) == t.prefill_devices + t.decode_devices
+        assert len(servers) == t.deployment.num_prefill + t.deployment.num_decode
 
 
 @pytest.mark.parametrize("case", ["mono-chunked-2dev", "cross-2p3d-ib"])
@@ -100,9 +100,9 @@ def test_dynamo_graph_is_a_documented_deployment(case):
     workers = {s.get("subComponentType", "agg"): s["replicas"]
                for s in services.values() if s["componentType"] == "worker"}
     if t.layout == "cross":
-        assert workers == {"prefill": t.prefill_devices, "decode": t.decode_devices}
+        assert workers == {"prefill": t.deployment.num_prefill, "decode": t.deployment.num_decode}
     else:
-        assert workers == {"agg": t.devices}
+        assert workers == {"agg": t.deployment.devices}
 
 
 @pytest.mark.parametrize("case", sorted(TARGETS))
@@ -118,5 +118,5 @@ def test_gpuprobe_plan_flags_are_our_cli(case):
         assert set(a for a in argv if a.startswith("--")) <= known, argv
     body = json.loads(files["switch_curl.sh"].split(" -d '")[1].rsplit("'", 1)[0])
     assert body["actor"] == "gpuprobe-apply"
-    assert body["reason"] == f"recommendation {TARGETS[case].rec_id}"
+    assert body["reason"] == f"recommendation {TARGETS[case].id}"
     assert body["layout"] == TARGETS[case].layout

@@ -39,9 +39,10 @@ def _synth(prompt: int, output: int, rate: float = 4.0, n: int = 300) -> pd.Data
 
 def test_slo_presets_and_custom_text():
     assert parse_slo("chat") == SLO_PRESETS["chat"] == Slo(name="chat")  # the one set of defaults
-    s = parse_slo("ttft_p99=2s,tbt_p99=100ms,attain=0.95")
-    assert (s.ttft_s, s.tbt_s, s.attain, s.ttft_pct, s.tbt_pct) == (2.0, 0.1, 0.95, 99, 99)
-    assert parse_slo("tbt=50ms").tbt_pct is None and parse_slo("attain=80%").attain == 0.8
+    s = parse_slo("ttft_p99=2s,tpot_p90=100ms,itl_p99=200ms,attain=0.95")
+    assert (s.ttft_s, s.tpot_s, s.attain, s.ttft_pct, s.tpot_pct, s.itl_s, s.itl_pct) == \
+        (2.0, 0.1, 0.95, 99, 90, 0.2, 99)
+    assert parse_slo("tpot=50ms").tpot_pct is None and parse_slo("attain=80%").attain == 0.8
     for bad in ("chatty", "ttft_p95=1s", "tbt=-1s", "attain=1.5", "foo=1s", "ttft=soon"):
         with pytest.raises(UserError):
             parse_slo(bad)
@@ -78,27 +79,27 @@ def test_physics_prefill_heavy_and_decode_heavy_get_different_layouts():
     slo = parse_slo("ttft=0.5s,tbt=12ms")
     pre = recommend(_synth(6000, 20, rate=3.0, n=300), H200, slo, devices=4)
     dec = recommend(_synth(100, 400, rate=3.0, n=600), H200, slo, devices=4)
-    assert pre["layout"] != dec["layout"]
-    assert pre["layout"] == "cross" and pre["params"]["num_prefill"] > pre["params"]["num_decode"]
+    assert pre.layout != dec.layout
+    assert pre.layout == "cross" and pre.deployment.num_prefill > pre.deployment.num_decode
     for rec, word in ((pre, "prefill-heavy"), (dec, "decode-heavy")):
-        ratio = rec["reasons"][0]
+        ratio = rec.reasons[0]
         assert "prompt:output token ratio" in ratio["text"] and word in ratio["text"]
-        best = rec["candidates"][0]
+        best = rec.candidates[0]
         assert best["meets_slo"] and not best["capped"]
         assert best["at_goodput"]["slo_attainment"] >= slo.attain
         lo, hi = best["goodput_bracket_rps_per_device"]
         assert hi is not None and lo < hi <= lo * 1.1 + 1e-9  # searched to 10%
-    assert pre["reasons"][0]["evidence"]["prompt_output_ratio"] > 50
-    assert dec["reasons"][0]["evidence"]["prompt_output_ratio"] < 1
+    assert pre.reasons[0]["evidence"]["prompt_output_ratio"] > 50
+    assert dec.reasons[0]["evidence"]["prompt_output_ratio"] < 1
 
 
 def test_goodput_is_searched_not_the_offered_rate():
     wl = _synth(500, 100, rate=1.0, n=200)
     rec = recommend(wl, H200, SLO_PRESETS["chat"], devices=1, layouts=("monolithic",))
-    best = rec["candidates"][0]
+    best = rec.candidates[0]
     # an H200 keeps up with 1 req/s many times over: the searched figure is far above it,
     # while the offered-rate figure saturates at the offered rate
-    assert rec["max_goodput_rps_per_device"] > 5 * best["at_offered"]["offered_goodput_rps_per_device"]
+    assert rec.max_goodput_rps_per_device > 5 * best["at_offered"]["offered_goodput_rps_per_device"]
 
 
 def test_cli_json_stores_and_what_if(capsys, tmp_path):

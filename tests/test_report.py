@@ -13,9 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuprobe.decide.recommend import recommend
+from gpuprobe.decide.decision import DecisionOptions, run_decision
 from gpuprobe.decide.slo import parse_slo
-from gpuprobe.decide.store import save_recommendation
 from gpuprobe.perf.roofline import roofline_profile
 from gpuprobe.store import Sample, Store
 
@@ -42,9 +41,10 @@ def filled(tmp_path_factory):
     wl = _workload()
     with Store.open(path) as store:
         store.save_workload("chat", wl, source="synthetic")
-        rec = recommend(wl, roofline_profile("llama3-8b", "h200"), parse_slo("chat"), devices=2,
-                        cost_per_device_hour=3.5, workload_name="chat")
-        rid = save_recommendation(store, rec)
+        rec = run_decision(wl, roofline_profile("llama3-8b", "h200"), parse_slo("chat"),
+                           DecisionOptions(max_devices=2, cost_per_device_hour=3.5), store,
+                           workload_name="chat")
+        rid = rec.id
         rows = [{"created_s": T0, "workload": "chat", "model": "ets", "forecast_id": "f1", "as_of_s": 120.0,
                  "bucket_s": 10.0, "horizon_s": 30.0, "metric": m, "target_s": 120.0 + 10 * k, "value": v,
                  "lo80": v * 0.8, "hi80": v * 1.2, "lo95": v * 0.6, "hi95": v * 1.4}
@@ -88,11 +88,11 @@ def test_pdf_memo_options_and_images(filled, tmp_path):
                                    text=True).stdout.split())
     first = " ".join(subprocess.run([PDFTOTEXT, "-f", "1", "-l", "1", str(pdf), "-"], capture_output=True,
                                     text=True).stdout.split())
-    assert rec["decision"][:60] in first  # page one: the sentence
+    assert rec.decision[:60] in first  # page one: the sentence
     assert "Main risks" in first and "What to do next" in first and "Expected change" in first
     assert "±7% (model error)" in first and "median error at p50" in first  # uncertainty, said once
     assert "Confidence is low (" in first  # the risk says why, from the recommendation's basis
-    for c in rec["candidates"]:  # the options table: every candidate
+    for c in rec.candidates:  # the options table: every candidate
         assert c["label"] in text
     assert "sm_util_pct 90.0 40.0" in text  # counters in prefill-heavy / decode-heavy periods
     assert "3.0x" in text  # interference: 30 ms with a prefill against 10 ms alone

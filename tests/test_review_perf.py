@@ -69,6 +69,9 @@ def test_profile_reads_the_vocab_and_caps_the_sweep_at_the_context(reference_ser
     (["--spec", "h200", "--run", "foo"], "--run applies to --from-store only"),
     (["--from-store", "--layout", "intra"], "--layout applies to --target only"),
     (["--target", "http://127.0.0.1:1", "--model-shape", "llama3-8b"], "--model-shape applies"),
+    (["--from-store", "--tp", "2"], "--tp applies to --spec only"),
+    (["--spec", "h200", "--tp", "3"], "the TP size must divide both"),
+    (["--spec", "h200", "--gpu-memory-utilization", "1.5"], "must be above 0 and at most 1"),
 ])
 def test_profile_flags_are_checked_for_their_mode(capsys, tmp_path, argv, needle):
     assert_user_error(capsys, needle, "profile", *argv, "--out", str(tmp_path / "p.json"))
@@ -79,7 +82,7 @@ def test_profile_flags_are_checked_for_their_mode(capsys, tmp_path, argv, needle
 
 @pytest.mark.parametrize("flag,value", [("--limit", "0"), ("--limit", "-5"),
                                         ("--max-num-seqs", "0"), ("--num-blocks", "0"),
-                                        ("--slo-ttft", "-1"), ("--slo-tbt", "0")])
+                                        ("--slo-ttft", "-1"), ("--slo-tpot", "0")])
 def test_simulate_rejects_nonsense_numbers(capsys, spec_profile, flag, value):
     assert_user_error(capsys, f"argument {flag}", "simulate", "--workload", "azure-conv",
                       "--profile", spec_profile, f"{flag}={value}")

@@ -17,6 +17,18 @@ def test_llama8b_decode_on_h200_is_memory_bound():
     assert step(2048, 2048 ** 2, 0, 0) > 5 * t1
     assert all(f.source == "roofline" for w in p.workers.values() for f in (w.prefill, w.decode))
     assert p.confidence(("monolithic",))["level"] == "low"
+    curve = p.to_dict()["workers"]["monolithic"]["prefill"]  # never fitted: no R^2, not high
+    assert (curve["r2"], curve["confidence"], curve["origin"]) == (None, "low", "roofline")
+
+
+def test_tp2_splits_the_work_and_adds_two_all_reduces_a_layer():
+    one, two = (roofline_profile("llama3-8b", "h200", tp=t).workers["monolithic"] for t in (1, 2))
+    assert (one.tp, two.tp) == (1, 2)
+    shape = model_shape("llama3-8b")
+    # a ring all-reduce of 4096 x 2 bytes a token over 900 GB/s: 2 (2-1)/2 x 8192 / 9e11
+    per_token = 2 * shape.layers * 8192 / 900e9
+    assert two.decode.coef[1] == pytest.approx(one.decode.coef[1] / 2 + per_token)
+    assert two.decode.coef[2] == pytest.approx(one.decode.coef[2] / 2)  # half the KV heads each
 
 
 def test_cross_roles_on_different_gpus():

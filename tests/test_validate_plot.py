@@ -44,13 +44,14 @@ def test_cli_writes_the_plot_and_prints_the_replay_spread(tmp_path, monkeypatch,
     import argparse
 
     import gpuprobe.validate.run as validate
+    import gpuprobe.workloads.loading as loading
     from gpuprobe.cli.commands import validate as cmd
 
     out = _out()
     for s in out["summary"].values():
         s.update(slo_attainment_predicted=1.0, slo_attainment_measured=1.0)
     monkeypatch.setattr(validate, "run_validate", lambda wl, opts, progress=True: out)
-    monkeypatch.setattr(cmd, "load_named_workload", lambda store, name: None)
+    monkeypatch.setattr(loading, "load_named_workload", lambda store, name: None)
     p = argparse.ArgumentParser()
     cmd.add_arguments(p)
     args = p.parse_args(["--workload", "x", "--no-store", "--plot", str(tmp_path / "v.html")])
@@ -68,11 +69,12 @@ def test_a_plot_that_cannot_be_written_keeps_the_printed_results(tmp_path, monke
     import pytest
 
     import gpuprobe.validate.run as validate
+    import gpuprobe.workloads.loading as loading
     from gpuprobe.cli.commands import validate as cmd
     from gpuprobe.errors import UserError
 
     monkeypatch.setattr(validate, "run_validate", lambda wl, opts, progress=True: _out())
-    monkeypatch.setattr(cmd, "load_named_workload", lambda store, name: None)
+    monkeypatch.setattr(loading, "load_named_workload", lambda store, name: None)
     p = argparse.ArgumentParser()
     cmd.add_arguments(p)
     args = p.parse_args(["--workload", "x", "--no-store", "--json", "--plot",

@@ -43,17 +43,18 @@ for a in alerts:
     (st.error if a["level"] == "error" else st.warning)(f"{when} UTC: {a['text']}")
 
 st.subheader("Latest recommendation")
-if rec is None:
+if o["recommendation_error"]:
+    st.error(o["recommendation_error"])
+elif rec is None:
     missing("No recommendation stored yet.", "gpuprobe recommend --workload azure-conv --profile profile.json")
 else:
-    share = f", prefill share {rec['prefill_share']:.0%}" if rec.get("prefill_share") else ""
-    st.markdown(f"**#{rec['id']}: {rec['layout']}{share}** for workload `{rec.get('workload')}` "
-                f"(confidence {rec.get('confidence_label') or fmt_pct(rec.get('confidence'))})")
+    st.markdown(f"**#{rec.id}: {rec.label}** for workload `{rec.workload_name}` "
+                f"(confidence {rec.confidence.word or fmt_pct(rec.confidence.value)})")
     m = st.columns(3)
-    gp = rec.get("max_goodput_rps_per_device")
+    gp = rec.max_goodput_rps_per_device
     m[0].metric("Goodput per device", f"{gp:.2f} req/s" if gp is not None else "n/a")
-    m[1].metric("Expected gain over the runner-up", fmt_pct(rec.get("margin")))
-    m[2].metric("Applied", "yes" if rec.get("applied_s") else "not yet")
+    m[1].metric("Expected gain over the runner-up", fmt_pct(rec.margin))
+    m[2].metric("Applied", "yes" if rec.applied_s else "not yet")
 
 st.subheader("Hosts and GPUs")
 if not o["hosts"]:

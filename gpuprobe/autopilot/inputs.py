@@ -1,20 +1,20 @@
 """The autopilot's inputs, behind one adapter: the SLO, the window it reads, the forecast of
 the next interval as a workload frame, and the candidates' predictions.
 
-Predictions come from the recommender (`gpuprobe.decide`). `--candidates all` runs recommend()
-itself: every candidate's goodput found by its rate-scale search, ranked by its one rule, with
-reasons and confidence; seconds per call, and it needs a window of many requests (on a window
+Predictions come from the recommender (`gpuprobe.decide`). `--candidates all` runs the one
+decision call (decide.decision.run_decision, stored like recommend's): every candidate's
+goodput found by its rate-scale search, ranked by its one rule, with reasons and
+confidence; seconds per call, and it needs a window of many requests (on a window
 of ten, the search finds no rate at which cross misses and calls its goodput infinite).
 `--candidates window` is for intervals of seconds: the three layouts the reference server
 switches between at their defaults (monolithic prefill-first, intra 50% prefill, cross 1P1D),
 each predicted at the window's own rate (decide.predict), the ones meeting the SLO
-(metrics.meets_slo) ranked by that offered goodput per device with recommend's rank(). The forecaster (`gpuprobe.forecast`) is used when installed; until then
-the last window stands for the next interval (a persistence forecast), and the audit log says
-which one ran (`forecast.source`).
+(metrics.meets_slo) ranked by that offered goodput per device with recommend's rank(). The
+forecaster (`gpuprobe.forecast`) fits the history; where it declines (too little of it), or
+without history, the last window stands for the next interval (a persistence forecast), and
+the audit log says which one ran (`forecast.source`).
 """
 from __future__ import annotations
-
-import importlib.util
 
 import numpy as np
 import pandas as pd
@@ -23,13 +23,6 @@ from gpuprobe.decide.slo import parse_slo  # noqa: F401 - the autopilot's --slo 
 from gpuprobe.errors import UserError
 
 MODES = ("all", "window")
-
-
-def _have(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def window_workload(requests: pd.DataFrame) -> pd.DataFrame:
@@ -53,7 +46,7 @@ def forecast_next(window_df: pd.DataFrame, window_s: float, horizon_s: float,
                "prefill_tokens_per_s": float(window_df["prompt_tokens"].sum()) / window_s,
                "decode_tokens_per_s": float(window_df["output_tokens"].sum()) / window_s}
     note = "persistence (the last window as the next interval)"
-    if history_df is not None and len(history_df) and _have("gpuprobe.forecast"):
+    if history_df is not None and len(history_df):
         from gpuprobe.decide.forecast_workload import workload_from_forecast
         from gpuprobe.forecast import forecast_workload
         try:
@@ -66,8 +59,6 @@ def forecast_next(window_df: pd.DataFrame, window_s: float, horizon_s: float,
             summary.update(source="gpuprobe.forecast", forecast=_forecast_means(f),
                            models={k: v.get("model") for k, v in (f.get("series") or {}).items()})
             return wl, summary
-    elif history_df is not None:
-        note = f"{note}; gpuprobe.forecast is not installed"
     summary.update(source=note)
     return window_df, summary
 
@@ -77,19 +68,24 @@ def _forecast_means(f: dict) -> dict:
             for name, s in (f.get("series") or {}).items()}
 
 
-def predict(workload_df: pd.DataFrame, profile, slo, mode: str = "all", devices: int = 2) -> dict:
-    """{layout, params, candidates (best first, each with max_goodput_rps_per_device), source};
-    UserError (from recommend) when no candidate meets the SLO at any rate."""
+def predict(workload_df: pd.DataFrame, profile, slo, mode: str = "all", devices: int = 2,
+            store=None) -> dict:
+    """{layout, params, candidates (best first, each with max_goodput_rps_per_device), source,
+    id (mode all: the recommendation stored in `store`, so apply and check can find it)};
+    UserError when no candidate meets the SLO at any rate."""
     if mode == "all":
-        from gpuprobe.decide.recommend import recommend
-        return {**recommend(workload_df, profile, slo, devices=devices), "source": "recommend"}
+        from gpuprobe.decide.decision import DecisionOptions, run_decision
+        rec = run_decision(workload_df, profile, slo, DecisionOptions(max_devices=devices), store)
+        return {"layout": rec.layout, "params": rec.deployment.params(),
+                "candidates": list(rec.candidates), "source": "recommend", "id": rec.id}
     from gpuprobe.decide.candidates import Candidate
     from gpuprobe.decide.predict import predict as predict_one
     from gpuprobe.decide.rank import rank
-    from gpuprobe.decide.recommend import impossible, prepare
+    from gpuprobe.decide.recommend import impossible
     from gpuprobe.perf.metrics import meets_slo
+    from gpuprobe.workloads.loading import as_workload
 
-    wl, rows = prepare(workload_df), []
+    wl, rows = as_workload(workload_df), []
     for c in (Candidate("monolithic"), Candidate("intra", prefill_share=0.5), Candidate("cross")):
         s = predict_one(wl, profile, c, slo, 1.0, 0)
         ok = meets_slo(s, slo)

@@ -1,6 +1,6 @@
 """The autopilot's loop: one decision per interval, each written to the audit log.
 
-    ap = Autopilot(store, Target(url, token), profile, slo, AutopilotConfig(url, ...))
+    ap = Autopilot(store, AdminClient(url, token), profile, slo, AutopilotConfig(url, ...))
     ap.run(stop_event)      # until stop_event is set (SIGTERM sets it, between decisions)
 
 A decision: fill in the previous decision's outcome (what the interval since it measured),
@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 
 from gpuprobe.autopilot import inputs, outcome
 from gpuprobe.autopilot.policy import SWITCH, PolicyConfig, PolicyState, after_switch, decide, key, observe
-from gpuprobe.autopilot.target import Target, TargetError
+from gpuprobe.decide.admin_client import AdminClient, AdminError, layout_body
+from gpuprobe.decide.recommendation import Deployment
 from gpuprobe.errors import UserError
 
 LOCK_RENEW_S = 30.0  # well inside the store's stale-lock age (120 s)
@@ -48,9 +49,9 @@ def lock_name(target: str) -> str:
 
 
 class Autopilot:
-    def __init__(self, store, target: Target, profile, slo, cfg: AutopilotConfig,
+    def __init__(self, store, admin: AdminClient, profile, slo, cfg: AutopilotConfig,
                  say=print, clock=time.time):
-        self.store, self.target, self.profile, self.slo, self.cfg = store, target, profile, slo, cfg
+        self.store, self.admin, self.profile, self.slo, self.cfg = store, admin, profile, slo, cfg
         self.say, self.clock = say, clock
         self.host = socket.gethostname()
         self.state = PolicyState()
@@ -94,8 +95,8 @@ class Autopilot:
         rec = {"host": self.host, "target": self.cfg.target, "ts_s": now,
                "window_start_s": now - self.cfg.window, "window_end_s": now}
         try:
-            seen = self.target.layout()
-        except TargetError as exc:
+            seen = self.admin.layout()
+        except AdminError as exc:
             return self._log({**rec, "current_layout": self.state.layout, "action": "no-target",
                               "reason": f"{exc.kind}: {exc}; nothing changed, retried next interval"})
         self._observe(seen, now)
@@ -117,16 +118,14 @@ class Autopilot:
         wl, fsum = inputs.forecast_next(inputs.window_workload(rows), self.cfg.window,
                                         self.cfg.interval_s, hist, self.cfg.interval_s)
         try:
-            pred = inputs.predict(wl, self.profile, self.slo, self.cfg.candidates, self.cfg.devices)
+            pred = inputs.predict(wl, self.profile, self.slo, self.cfg.candidates, self.cfg.devices,
+                                  self.store)
         except UserError as exc:  # no candidate meets the SLO at any rate: nothing to move to
             return self._log({**rec, "forecast": fsum, "action": "hold",
                               "reason": f"holding: {exc}"})
         except Exception as exc:  # noqa: BLE001 - a predictor bug must not end the loop: logged
             return self._log({**rec, "forecast": fsum, "action": "hold",
                               "reason": f"holding: the prediction failed ({type(exc).__name__}: {exc})"})
-        if "confidence" in pred:  # recommend()'s full answer: kept, so apply/check can find it
-            from gpuprobe.decide.store import save_recommendation
-            pred["id"] = save_recommendation(self.store, pred)
         cands = list(pred.get("candidates") or [])
         d = decide(self.state, cands, now, lead_start, self.cfg.policy, lead_now_s=lead_now)
         self.state = d.state
@@ -159,8 +158,10 @@ class Autopilot:
             self.state = after_switch(self.state, True, now, self.cfg.policy, new_key)
             return {"action": "would-switch", "reason": f"dry run: {reason}"}
         try:
-            entry = self.target.switch(chosen["layout"], chosen.get("params") or {}, reason)
-        except TargetError as exc:
+            # the body apply sends for the same settings (cross xPyD as its prefill fraction)
+            body = layout_body(Deployment.from_params(chosen["layout"], chosen.get("params") or {}))
+            entry = self.admin.switch(body, "autopilot", reason)
+        except AdminError as exc:
             if exc.kind != "failed":  # never started (or unknown): re-read next interval
                 return {"action": "no-target",
                         "reason": f"{reason}; not done: {exc.kind}: {exc}; retried next interval"}

@@ -36,6 +36,8 @@ positive_float = _checked(float, "a number", lambda v: v > 0, "must be above 0")
 nonneg_float = _checked(float, "a number", lambda v: v >= 0, "must not be negative")
 fraction = _checked(float, "a number", lambda v: 0 < v < 1,  # a share of a device
                     "must be between 0 and 1 (exclusive)")
+share_of_whole = _checked(float, "a number", lambda v: 0 < v <= 1,  # up to all of it
+                          "must be above 0 and at most 1")
 port = _checked(int, "a port number", lambda v: 0 <= v <= 65535, "must be 0-65535")
 
 
@@ -69,3 +71,34 @@ def http_url(text: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL")
     return text
+
+
+def host_port(text: str) -> str:
+    """HOST:PORT (an IPv4 address or a name), the port 0-65535."""
+    host, sep, num = text.rpartition(":")
+    if not sep or not host or not num.isdigit() or int(num) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return text
+
+
+def host_port_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list of HOST:PORT, each once, with a port above 0."""
+    items = tuple(s.strip() for s in text.split(","))
+    for item in items:
+        if host_port(item).rpartition(":")[2] == "0":
+            raise argparse.ArgumentTypeError(f"{item!r}: a worker's port cannot be 0")
+    if len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"{text!r} names a worker twice")
+    return items
+
+
+def core_list(text: str) -> tuple[int, ...]:
+    """CPU ids, comma-separated ('0,1')."""
+    try:
+        cores = tuple(int(c) for c in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of CPU ids") \
+            from None
+    if any(c < 0 for c in cores) or len(set(cores)) != len(cores):
+        raise argparse.ArgumentTypeError(f"{text!r}: CPU ids are distinct and not negative")
+    return cores

@@ -1,24 +1,23 @@
 """The decision half: which layout to run, with which parameters, how sure, and why.
 
-Public API (plain data in and out; the dashboard, autopilot and reports code against it):
+Public API (plain data in and out; the CLI, the fleet, the dashboard, the autopilot and the
+report code against it):
 
     from gpuprobe.decide.slo import parse_slo, SLO_PRESETS
-        parse_slo("chat" | "code" | "summarize" | "batch" | "ttft_p99=2s,tbt_p99=100ms,attain=0.9")
+        parse_slo("chat" | "code" | "summarize" | "batch" | "ttft_p99=2s,tpot_p90=100ms,attain=0.9")
         -> gpuprobe.perf.metrics.Slo
-    from gpuprobe.decide.recommend import recommend
-        rec = recommend(workload_df, profile, slo, devices=1, link=None,
-                        cost_per_device_hour=None, evidence_store=None, progress=None) -> dict
-        keys: layout, label, params, devices, max_goodput_rps_per_device, candidates (ranked,
-        each with max_goodput_rps_per_device, goodput_bracket_rps_per_device, at_goodput
-        and, for the top three, at_offered predicted metrics), margin (over the runner-up,
-        relative), margin_over_other_layout, confidence {value, word, basis}, reasons
-        [{text, evidence}], slo, profile, workload, search, decision (one sentence);
-        cost_per_million_output_tokens when priced. UserError on bad input or when no
-        candidate meets the SLO at any rate.
-    from gpuprobe.decide.store import save_recommendation   # (store, rec) -> id
-    from gpuprobe.decide.forecast_workload import workload_from_forecast
-        (workload_df, forecast) -> the coming load (upper 80% of requests/s) and mix as a
-        workload frame
+    from gpuprobe.decide.decision import run_decision, DecisionOptions, WhatIf
+        rec = run_decision(workload_df, profile, slo, DecisionOptions(max_devices=2), store=store)
+        the whole decision: what-if scaling, forecast, search, reasons, outlook, stored;
+        UserError on bad input or when no candidate meets the SLO at any rate
+    from gpuprobe.decide.recommendation import Recommendation, Deployment, load_recommendation
+        rec.deployment (layout, chunked_prefill_tokens, prefill_share, num_prefill, num_decode,
+        prefill_tp, decode_tp, tp, replicas, max_num_seqs, link; devices derived),
+        rec.candidates (ranked rows), rec.reasons [{text, evidence}], rec.confidence,
+        rec.margin, rec.decision (one sentence); load_recommendation(store, id),
+        latest_recommendation(store, workload), save_recommendation(store, rec)
+    from gpuprobe.decide.recommend import recommend          # the search part alone, not stored
+    from gpuprobe.decide.admin_client import AdminClient     # the one /admin/* client
     from gpuprobe.decide.rank import rank                   # the one ranking rule
     from gpuprobe.decide.predict import predict             # the one call into the simulator
 """

@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from gpuprobe.decide.rec_params import load_recommendation
+from gpuprobe.decide.candidates import Candidate
+from gpuprobe.decide.recommendation import Recommendation, load_recommendation
 from gpuprobe.errors import UserError
 
 METRICS = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "slo_attainment")
@@ -26,12 +27,12 @@ def check_recommendation(store, rec_id: int) -> dict:
     from gpuprobe.validate.verdict import measured_summary
 
     rec = load_recommendation(store, rec_id, "--check")
-    if rec.get("applied_s") is None:
+    if rec.applied_s is None:
         raise UserError(f"recommendation {rec_id} has not been applied: run gpuprobe apply "
                         f"--recommendation {rec_id} --target URL first")
-    ttft_s, tbt_s = slo_targets(rec)
-    reqs = store.requests(source="server", since_s=float(rec["applied_s"]))
-    reqs = reqs[reqs["layout"] == rec["layout"]]
+    ttft_s, tbt_s = rec.slo.ttft_s, rec.slo.tbt_s
+    reqs = store.requests(source="server", since_s=rec.applied_s)
+    reqs = reqs[reqs["layout"] == rec.layout]
     run = _switched_run(store, rec)
     if run is not None:  # only the server that was switched, when others share the store,
         run_id, host, until_s = run  # and only until its next switch
@@ -55,24 +56,24 @@ def check_recommendation(store, rec_id: int) -> dict:
         note = (f"this store has no layout event for recommendation {rec_id} (does the server "
                 f"record into it? gpuprobe serve --store); counting every server's requests")
     if not len(reqs):
-        note = (f"no request has reached {rec.get('applied_target')} on layout {rec['layout']} "
+        note = (f"no request has reached {rec.applied_target} on layout {rec.layout} "
                 f"since the switch; send traffic (gpuprobe replay) and check again"
                 + (f". Also: {note}" if note else ""))
-    return {"id": int(rec["id"]), "layout": rec["layout"], "applied_s": float(rec["applied_s"]),
-            "applied_target": rec.get("applied_target"), "num_requests": int(len(reqs)),
+    return {"id": rec.id, "layout": rec.layout, "applied_s": rec.applied_s,
+            "applied_target": rec.applied_target, "num_requests": int(len(reqs)),
             "num_ok": n_ok, "slo": {"ttft_s": ttft_s, "tbt_s": tbt_s}, "metrics": rows,
             "note": note}
 
 
-def _switched_run(store, rec: dict) -> tuple[str, str, float | None] | None:
+def _switched_run(store, rec: Recommendation) -> tuple[str, str, float | None] | None:
     """(run_id, host, the start of that server's next switch or None) for the server whose
     layout event names this recommendation; None when the store holds no such event."""
-    applied_s = float(rec["applied_s"])
+    applied_s = rec.applied_s
     ev = store.layout_events(since_s=applied_s - 3600.0)
     if not len(ev):
         return None
-    mine = ev[(ev["reason"] == f"recommendation {rec['id']}") & (ev["status"] == "ok")
-              & (ev["to_layout"] == rec["layout"])]
+    mine = ev[(ev["reason"] == f"recommendation {rec.id}") & (ev["status"] == "ok")
+              & (ev["to_layout"] == rec.layout)]
     if not len(mine):
         return None
     run_id, host = str(mine["run_id"].iloc[-1]), str(mine["host"].iloc[-1])
@@ -80,25 +81,22 @@ def _switched_run(store, rec: dict) -> tuple[str, str, float | None] | None:
     return run_id, host, (float(later["ts_s"].min()) if len(later) else None)
 
 
-def slo_targets(rec: dict) -> tuple[float, float]:
-    """(TTFT target s, TBT target s) from the recommendation's SLO, whichever key names it."""
-    slo = rec.get("slo") or {}
-    ttft = next((slo[k] for k in ("ttft_s", "ttft_p99_s", "ttft_p90_s", "ttft_p50_s", "ttft")
-                 if isinstance(slo.get(k), (int, float))), 2.0)
-    tbt = next((slo[k] for k in ("tbt_s", "tbt_p99_s", "tbt_p90_s", "tbt_p50_s", "tbt")
-                if isinstance(slo.get(k), (int, float))), 0.1)
-    return float(ttft), float(tbt)
-
-
-def predicted_metrics(rec: dict) -> dict:
-    """The chosen candidate's predicted metrics: the candidate with the recommendation's layout
-    and params, else the first of that layout, else the body's own figures."""
-    cands = [c for c in rec.get("candidates") or [] if c.get("layout") == rec["layout"]]
-    same = [c for c in cands if (c.get("params") or {}) == (rec.get("params") or {})]
+def predicted_metrics(rec: Recommendation) -> dict:
+    """The chosen candidate's predicted metrics: the candidate row of the recommendation's
+    own unit, else the first of its layout."""
+    cands = [c for c in rec.candidates if c.get("layout") == rec.layout]
+    same = [c for c in cands if _unit(c) == rec.deployment.unit]
     pick = (same or cands or [None])[0]
     if pick is None:
-        return rec.get("body") or {}
+        return {}
     return {**pick, **(pick.get("predicted") or {}), **(pick.get("metrics") or {})}
+
+
+def _unit(row: dict) -> Candidate | None:
+    try:
+        return Candidate.from_dict(row)
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def _num(v) -> float | None:

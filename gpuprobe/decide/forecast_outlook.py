@@ -13,20 +13,20 @@ from gpuprobe.perf.metrics import Slo
 TOP = 4  # the recommendation's best few, plus the best of each other layout
 
 
-def outlook(forecast_wl: pd.DataFrame, forecast: dict, profile, slo: Slo, rec: dict,
+def outlook(forecast_wl: pd.DataFrame, forecast: dict, profile, slo: Slo, rec,
             seed: int | None = 0) -> dict:
     """{'buckets': [{t_s, requests_per_s_hi80, prompt_output_ratio, best}], 'changes':
-    [{t_s, from, to}], 'lines': [...]} for forecast_wl (workload_from_forecast's frame)."""
-    picks = rec["candidates"][:TOP]
+    [{t_s, from, to}], 'lines': [...]} for forecast_wl (workload_from_forecast's frame, in
+    arrival order) and rec, the Recommendation made on it."""
+    picks = list(rec.candidates[:TOP])
     for layout in ("monolithic", "intra", "cross"):
-        r = next((c for c in rec["candidates"] if c["layout"] == layout), None)
+        r = next((c for c in rec.candidates if c["layout"] == layout), None)
         if r is not None and r not in picks:
             picks.append(r)
     cands = [Candidate.from_dict(r) for r in picks]
     mix = forecast_mix(forecast)
     rows, changes, prev = [], [], None
     for k, part in forecast_wl.groupby("bucket", sort=True):
-        part = part.sort_values("arrival_s")
         part = part.assign(arrival_s=part["arrival_s"] - part["arrival_s"].iloc[0])
         if len(part) < 20:
             best = prev

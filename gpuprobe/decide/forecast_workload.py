@@ -51,8 +51,8 @@ def check_forecast(forecast) -> None:
 
 def workload_from_forecast(workload_df: pd.DataFrame, forecast: dict, seed: int = 0,
                            min_requests: int = 200) -> pd.DataFrame:
-    """A workload frame (arrival_s, prompt_tokens, output_tokens, bucket) for the forecast's
-    horizon: per bucket, hi80 requests/s of requests with the forecast mean lengths.
+    """A workload frame (arrival_s, prompt_tokens, output_tokens, bucket; in arrival order) for
+    the forecast's horizon, from workload_df (in arrival order, as loaded): per bucket, hi80 requests/s of requests with the forecast mean lengths.
     Arrivals keep the recent workload's gaps (rescaled), so bursts stay bursts. Horizons too
     short for min_requests requests are repeated until they hold that many (the rate and mix
     unchanged), so a goodput search has requests enough to judge attainment."""
@@ -66,7 +66,7 @@ def workload_from_forecast(workload_df: pd.DataFrame, forecast: dict, seed: int 
     pre = np.maximum(np.asarray(series["prefill_tokens_per_s"]["mean"], dtype=float), 0.0)
     dec = np.maximum(np.asarray(series["decode_tokens_per_s"]["mean"], dtype=float), 0.0)
     rng = np.random.default_rng(seed)
-    src = workload_df.sort_values("arrival_s", kind="stable")
+    src = workload_df  # in arrival order (as_workload): its gaps are the bursts kept
     gaps = np.diff(src["arrival_s"].to_numpy(dtype=float))
     gaps = gaps if len(gaps) and gaps.sum() > 0 else np.ones(1)
     counts = np.round(rps * bucket_s).astype(int)

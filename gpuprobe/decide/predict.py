@@ -10,7 +10,7 @@ from dataclasses import replace
 import pandas as pd
 
 from gpuprobe.engine.scheduler import SchedulerConfig
-from gpuprobe.perf.costmodel import Profile
+from gpuprobe.perf.costmodel import Profile, interpolated
 from gpuprobe.perf.metrics import Slo
 from gpuprobe.perf.sim_layouts import LayoutConfig
 from gpuprobe.perf.simulator import simulate
@@ -25,23 +25,29 @@ def predict(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, rate_scale
     Candidate) serving `workload` with its arrival times divided by rate_scale (the same mix
     and burst shape, rate_scale times the requests per second). workload: arrival_s from 0,
     sorted, prompt_tokens, output_tokens. limits: max_num_seqs / num_blocks per worker
-    (default MAX_NUM_SEQS, NUM_BLOCKS)."""
+    (default MAX_NUM_SEQS, and the KV the profile's workers hold, else NUM_BLOCKS)."""
     wl = workload if rate_scale == 1.0 else workload.assign(
         arrival_s=workload["arrival_s"].to_numpy() / rate_scale)
     layout = cand.layout
-    config = layout_config(cand, int(workload["prompt_tokens"].max()), limits)
     prof = profile_for(profile, cand)
+    config = layout_config(cand, int(workload["prompt_tokens"].max()), limits, prof)
     return simulate(wl, prof, layout, slo, config, seed).summary
 
 
-def layout_config(cand, max_prompt: int, limits: dict | None = None) -> LayoutConfig:
+def layout_config(cand, max_prompt: int, limits: dict | None = None,
+                  profile: Profile | None = None) -> LayoutConfig:
     """Scheduler settings of a candidate's workers: simulate's defaults, a step budget that
-    takes the longest prompt whole, and the chunked-prefill budget where the candidate has one."""
+    takes the longest prompt whole, and the chunked-prefill budget where the candidate has one.
+    KV blocks: limits' num_blocks, else what the profile's worker holds, else NUM_BLOCKS."""
     kw = {"max_num_seqs": MAX_NUM_SEQS, "num_blocks": NUM_BLOCKS, **(limits or {})}
     kw["max_num_batched_tokens"] = max(2048, max_prompt)
-    mixed = SchedulerConfig(role="mixed", chunked_prefill_tokens=cand.chunked_tokens, **kw)
-    return LayoutConfig(mixed, SchedulerConfig(role="prefill", **kw),
-                        SchedulerConfig(role="decode", **kw),
+
+    def role(name: str, **extra) -> SchedulerConfig:
+        blocks = (None if profile is None or "num_blocks" in (limits or {})
+                  else profile.num_kv_blocks(cand.layout, name))
+        return SchedulerConfig(role=name, **{**kw, **extra, "num_blocks": blocks or kw["num_blocks"]})
+    return LayoutConfig(role("mixed", chunked_prefill_tokens=cand.chunked_prefill_tokens),
+                        role("prefill"), role("decode"),
                         num_prefill=cand.num_prefill, num_decode=cand.num_decode)
 
 
@@ -58,6 +64,6 @@ def profile_for(profile: Profile, cand) -> Profile:
         w = workers.get(f"intra.{role}")
         if w is not None:
             workers[f"intra.{role}"] = replace(
-                w, scale=w.scale * ratio ** -a,
+                interpolated(w), scale=w.scale * ratio ** -a,
                 reasons=w.reasons + (f"intra.{role} rescaled from share {s0:.2f} (alpha {a})",))
     return replace(profile, workers=workers, prefill_share=share)

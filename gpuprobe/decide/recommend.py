@@ -1,8 +1,11 @@
 """The layout decision: search every candidate's goodput, rank them with the one rule, and
 say why, how sure and by how much.
 
-    rec = recommend(workload_df, profile, parse_slo("chat"), devices=2)
-    rec["layout"], rec["params"], rec["max_goodput_rps_per_device"], rec["reasons"]
+    rec = recommend(workload_df, profile, parse_slo("chat"), devices=2)   # a Recommendation
+    rec.deployment, rec.max_goodput_rps_per_device, rec.reasons
+
+gpuprobe.decide.decision.run_decision runs the whole flow around it (what-if, forecast,
+outlook, store).
 """
 from __future__ import annotations
 
@@ -11,16 +14,17 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-import numpy as np
 import pandas as pd
 
 from gpuprobe.decide import reasons as why
 from gpuprobe.decide.candidates import SIMPLER_FIRST, candidates
 from gpuprobe.decide.rank import rank
+from gpuprobe.decide.recommendation import Confidence, Deployment, Recommendation
 from gpuprobe.decide.search import base_rate, offered, search_candidates
 from gpuprobe.errors import UserError
 from gpuprobe.perf.costmodel import Link, Profile
 from gpuprobe.perf.metrics import Slo
+from gpuprobe.workloads.loading import as_workload
 
 # --link: per-direction bandwidth and a one-way latency. NVLink 4 (H100/H200): 900 GB/s both
 # directions together; InfiniBand NDR: 400 Gb/s; RoCE: a 200 GbE port; TCP: what one stream
@@ -33,15 +37,16 @@ OFFERED_TOP = 3  # candidates that also get their figures at the workload's own 
 def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: int = 1,
               link: str | float | None = None, cost_per_device_hour: float | None = None,
               evidence_store=None, progress: Callable[[str], None] | None = None,
-              layouts=SIMPLER_FIRST, seed: int | None = 0, workload_name: str | None = None) -> dict:
-    """The recommendation as plain JSON-ready data (keys in the module docs of
-    gpuprobe.decide). workload_df: arrival_s, prompt_tokens, output_tokens (any order);
-    devices: how many the deployment has (cross xPyD fits within them); link: 'nvlink', 'ib',
-    'roce', 'tcp' or GB/s for cross's KV link (default: the profile's); evidence_store: a
-    Store to read GPU counters and validate results from. UserError on bad input, also when
-    no candidate meets the SLO at any rate (naming the closest and by how much)."""
+              layouts=SIMPLER_FIRST, seed: int | None = 0,
+              workload_name: str | None = None) -> Recommendation:
+    """The search, ranking and reasons of one decision, not stored. workload_df:
+    arrival_s, prompt_tokens, output_tokens (as_workload: sorted once where it was not);
+    devices: how many the deployment has (cross xPyD fits within them); link: 'nvlink',
+    'ib', 'roce', 'tcp' or GB/s for cross's KV link (default: the profile's);
+    evidence_store: a Store to read GPU counters and validate results from. UserError on
+    bad input, also when no candidate meets the SLO at any rate (naming the closest)."""
     t0 = time.perf_counter()
-    wl = prepare(workload_df)
+    wl = as_workload(workload_df)
     if len(wl) < 2:  # one request has no rate to search: every "rate" would read 0% met
         raise UserError("the workload has 1 request: recommend needs at least 2 to search the "
                         "rate each layout sustains (raise --limit)")
@@ -64,62 +69,30 @@ def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: in
     other = next((r for r in ranked[1:] if r["layout"] != best["layout"]), None)
     margin, margin_layout = _margin(best, runner), _margin(best, other)
     reasons = build_reasons(wl, profile, slo, best, runner, other, margin, evidence_store)
-    conf = confidence(profile, margin_layout, reasons)
-    out = {
-        "layout": best["layout"], "label": best["label"], "params": best["params"],
-        "devices": devices, "units": devices // best["devices"],
-        "max_goodput_rps_per_device": best["max_goodput_rps_per_device"],
-        "candidates": ranked, "margin": margin, "margin_over_other_layout": margin_layout,
-        "runner_up": runner["label"] if runner else None,
-        "confidence": conf, "reasons": reasons, "slo": slo.to_dict(),
-        "profile": {"name": profile.name, "meta": profile.meta,
-                    "confidence": profile.confidence(tuple(layouts))},
-        "workload": {"name": workload_name, "requests": int(len(wl)), "rate_rps": base_rate(wl),
-                     "span_s": float(wl["arrival_s"].iloc[-1]),
-                     **wl.attrs.get("gpuprobe_scaled", {})},
-        "search": {"seconds": time.perf_counter() - t0, "candidates": len(rows),
-                   "simulations": sum(r["simulations"] for r in rows),
-                   "sample_requests": max(r["search_requests"] for r in rows)},
-    }
+    unit = by_label[best["label"]]
+    cost: dict = {}
     if cost_per_device_hour is not None:
-        out["cost_per_device_hour"] = cost_per_device_hour
-        out["cost_per_million_output_tokens"] = cost_per_million(
-            cost_per_device_hour, best["max_goodput_rps_per_device"], wl)
         for r in ranked:
             r["cost_per_million_output_tokens"] = cost_per_million(
                 cost_per_device_hour, r["max_goodput_rps_per_device"], wl)
-    out["decision"] = sentence(out, slo)
-    return out
-
-
-def prepare(workload_df: pd.DataFrame) -> pd.DataFrame:
-    """Sorted by arrival, clock from 0, index reset; UserError when empty or lacking columns."""
-    need = ("arrival_s", "prompt_tokens", "output_tokens")
-    missing = [c for c in need if c not in workload_df.columns]
-    if missing:
-        raise UserError(f"workload lacks column(s) {', '.join(missing)}")
-    if workload_df.empty:
-        raise UserError("workload is empty: it has no requests")
-    wl = workload_df.sort_values("arrival_s", kind="stable").reset_index(drop=True)
-    wl = wl.assign(arrival_s=wl["arrival_s"] - wl["arrival_s"].iloc[0])
-    wl.attrs = dict(workload_df.attrs)
-    return wl
-
-
-def scale_workload(wl: pd.DataFrame, rate_scale: float = 1.0, prompt_scale: float = 1.0,
-                   token_scale: float = 1.0, limit: int | None = None) -> pd.DataFrame:
-    """What-if: the first `limit` requests, rate_scale times as many per second (same burst
-    shape), prompts prompt_scale times longer, every length token_scale times (at least 1)."""
-    wl = wl.sort_values("arrival_s", kind="stable").iloc[:limit]
-    if wl.empty:
-        raise UserError("workload is empty: it has no requests")
-    p = np.maximum(np.round(wl["prompt_tokens"].to_numpy() * prompt_scale * token_scale), 1)
-    o = np.maximum(np.round(wl["output_tokens"].to_numpy() * token_scale), 1)
-    out = wl.assign(arrival_s=(wl["arrival_s"] - wl["arrival_s"].iloc[0]) / rate_scale,
-                    prompt_tokens=p.astype(np.int64), output_tokens=o.astype(np.int64))
-    out.attrs["gpuprobe_scaled"] = {"rate_scale": rate_scale, "prompt_scale": prompt_scale,
-                                    "token_scale": token_scale, "limit": limit}
-    return out
+        cost = {"cost_per_device_hour": cost_per_device_hour,
+                "cost_per_million_output_tokens": best["cost_per_million_output_tokens"]}
+    rec = Recommendation(
+        deployment=Deployment.of(unit, replicas=devices // unit.devices,
+                                 link=None if link is None or unit.layout != "cross" else str(link)),
+        max_goodput_rps_per_device=best["max_goodput_rps_per_device"],
+        candidates=tuple(ranked), reasons=tuple(reasons), slo=slo,
+        confidence=confidence(profile, margin_layout, reasons), margin=margin,
+        margin_over_other_layout=margin_layout, runner_up=runner["label"] if runner else None,
+        max_devices=devices,
+        workload={"name": workload_name, "requests": int(len(wl)), "rate_rps": base_rate(wl),
+                  "span_s": float(wl["arrival_s"].iloc[-1]), **wl.attrs.get("gpuprobe_scaled", {})},
+        profile={"name": profile.name, "meta": profile.meta,
+                 "confidence": profile.confidence(tuple(layouts))},
+        search={"seconds": time.perf_counter() - t0, "candidates": len(rows),
+                "simulations": sum(r["simulations"] for r in rows),
+                "sample_requests": max(r["search_requests"] for r in rows)}, **cost)
+    return replace(rec, decision=sentence(rec))
 
 
 def check_model(profile: Profile, wl: pd.DataFrame) -> None:
@@ -178,9 +151,7 @@ def _num(v) -> str:
 
 
 def _slo_text(slo: Slo) -> str:
-    t = "" if slo.ttft_pct is None else f"_p{slo.ttft_pct}"
-    b = "" if slo.tbt_pct is None else f"_p{slo.tbt_pct}"
-    return f"ttft{t} <= {slo.ttft_s:g} s, tbt{b} <= {slo.tbt_s:g} s, attain {slo.attain:.0%}"
+    return slo.describe()
 
 
 def _margin(best: dict, other: dict | None) -> float | None:
@@ -211,7 +182,7 @@ def build_reasons(wl, profile, slo, best, runner, other, margin, store) -> list[
     return out
 
 
-def confidence(profile: Profile, margin_layout: float | None, reasons: list[dict]) -> dict:
+def confidence(profile: Profile, margin_layout: float | None, reasons: list[dict]) -> Confidence:
     """0-1 and a word: a measured profile and a wide margin over the best other layout make it
     high; a spec-sheet profile, a thin margin or a validate run that missed its bar lower it."""
     measured = profile.confidence(SIMPLER_FIRST)["level"] == "high"
@@ -222,9 +193,9 @@ def confidence(profile: Profile, margin_layout: float | None, reasons: list[dict
     if v is not None and v.get("bar_met") is not None:
         value = min(0.95, value + 0.1) if bool(v["bar_met"]) else value * 0.8
     word = "high" if value >= 0.7 else "medium" if value >= 0.45 else "low"
-    return {"value": round(value, 3), "word": word,
-            "basis": ("measured profile" if measured else "profile not (fully) measured") +
-                     (f", {m:.0%} margin over the best other layout")}
+    return Confidence(round(value, 3), word,
+                      ("measured profile" if measured else "profile not (fully) measured") +
+                      f", {m:.0%} margin over the best other layout")
 
 
 def cost_per_million(price_per_device_hour: float, goodput_rps_per_device: float,
@@ -235,16 +206,16 @@ def cost_per_million(price_per_device_hour: float, goodput_rps_per_device: float
     return price_per_device_hour / (tok_per_s * 3600.0) * 1e6 if tok_per_s > 0 else None
 
 
-def sentence(rec: dict, slo: Slo) -> str:
-    m, mo = rec["margin"], rec["margin_over_other_layout"]
-    tail = f", {m:.0%} over {rec['runner_up']}" if m is not None else ""
+def sentence(rec: Recommendation) -> str:
+    m, mo, runner = rec.margin, rec.margin_over_other_layout, rec.runner_up
+    tail = f", {m:.0%} over {runner}" if m is not None else ""
     if m is not None and m < 0.05:  # within the search's resolution: won on TBT or simplicity
-        tail = f", tied on goodput with {rec['runner_up']} and ahead on p99 TBT or simplicity"
-    other = next((c["label"] for c in rec["candidates"] if c["layout"] != rec["layout"]), None)
-    if mo is not None and other != rec["runner_up"]:
+        tail = f", tied on goodput with {runner} and ahead on p99 TBT or simplicity"
+    other = next((c["label"] for c in rec.candidates if c["layout"] != rec.layout), None)
+    if mo is not None and other != runner:
         tail += f" and {mo:.0%} over the best other layout ({other})"
-    cost = rec.get("cost_per_million_output_tokens")
+    cost = rec.cost_per_million_output_tokens
     price = f", ${cost:.3g} per million output tokens" if cost else ""
-    return (f"Run {rec['label']} on {rec['devices']} device(s): {rec['max_goodput_rps_per_device']:.3g} "
-            f"req/s per device within the {slo.name} SLO ({_slo_text(slo)}){tail}{price} "
-            f"(confidence {rec['confidence']['word']}).")
+    return (f"Run {rec.label} on {rec.deployment.devices} device(s): "
+            f"{rec.max_goodput_rps_per_device:.3g} req/s per device within the {rec.slo.name} SLO "
+            f"({_slo_text(rec.slo)}){tail}{price} (confidence {rec.confidence.word}).")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import secrets
 import subprocess
 import sys
@@ -137,7 +136,7 @@ def stage_recommend(run: Run, store) -> None:
              "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s)
     recs = store.recommendations()
     if len(recs) > before:
-        run.recommendation = int(recs["id" if "id" in recs else "pk"].max())
+        run.recommendation = int(recs["pk"].max())
         run.made["recommendation"] = f"id {run.recommendation} in the store"
     done(t)
 
@@ -187,12 +186,10 @@ def summary(run: Run, store) -> None:
     for label, where in run.made.items():
         say(f"  {label:<16} {where}")
     if run.recommendation is not None:
-        rec = store.recommendation(run.recommendation) or {}
-        body = rec.get("body") or {}
-        if isinstance(body, str):
-            body = json.loads(body)
-        say(f"  decision         {body.get('decision', rec.get('layout'))}")
-        say(f"  applied          {'yes, to ' + str(rec.get('applied_target')) if rec.get('applied_s') else 'no'}")
+        from gpuprobe.decide.recommendation import load_recommendation
+        rec = load_recommendation(store, run.recommendation)
+        say(f"  decision         {rec.decision or rec.label}")
+        say(f"  applied          {'yes, to ' + str(rec.applied_target) if rec.applied_s else 'no'}")
     if run.skipped:
         say(f"  skipped          {'; '.join(run.skipped)}")
     if run.failed:

@@ -146,6 +146,9 @@ def _finish(out: dict, model: str, rows, notes, period, nonneg: bool, upper: flo
     for lo, hi in (("lo80", "hi80"), ("lo95", "hi95")):
         out[lo] = [min(a, m) for a, m in zip(out[lo], out["mean"])]
         out[hi] = [max(b, m) for b, m in zip(out[hi], out["mean"])]
+    # per-step quantiles of few errors can cross: a 95% band never lies inside the 80% one
+    out["lo95"] = [min(a, b) for a, b in zip(out["lo95"], out["lo80"])]
+    out["hi95"] = [max(a, b) for a, b in zip(out["hi95"], out["hi80"])]
     chosen = next((r for r in rows if r.get("chosen")), {})
     notes = [n for n in notes if n]
     return {**out, "model": model, "period": period, "backtest": rows, "notes": notes,

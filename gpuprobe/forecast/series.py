@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import UserError
+from gpuprobe.units import whole_buckets
 
 # Names a caller may ask for (short or full) -> the full name used in results and the store.
 SERIES_NAMES = {
@@ -36,11 +37,22 @@ def full_name(name: str) -> str:
 
 def origin(df: pd.DataFrame, bucket_s: float, as_of_s: float | None) -> tuple[float, list[str]]:
     """The forecast origin in seconds, on a bucket boundary, and notes about how it was chosen.
-    Default: the end of the last bucket holding a request. An off-boundary as_of rounds down."""
+    Default: the end of the last whole bucket, the last one the workload covers to its end (a
+    bucket holding the last request is cut short there: its rate over the whole bucket would read
+    low). A workload shorter than one bucket keeps that one bucket, with a note. An off-boundary
+    as_of rounds down."""
     notes = []
     if as_of_s is None:
         last = float(df["arrival_s"].max()) if len(df) else 0.0
-        return (math.floor(last / bucket_s) + 1) * bucket_s, notes
+        whole = whole_buckets(last, bucket_s)
+        if whole == 0:
+            notes.append(f"the workload spans {last:g} s, less than one {bucket_s:g} s bucket: its one "
+                         f"bucket is partial and reads low")
+            return bucket_s, notes
+        if whole * bucket_s < last:
+            notes.append(f"history ends at the last whole bucket ({whole * bucket_s:g} s); the "
+                         f"{last - whole * bucket_s:.3g} s after it are left out")
+        return whole * bucket_s, notes
     if as_of_s < 0 or not math.isfinite(as_of_s):
         raise UserError(f"--as-of: {as_of_s:g} s must be a finite time of at least 0 s from the workload's start")
     k = math.floor(as_of_s / bucket_s + 1e-9)

@@ -63,6 +63,12 @@ PRESETS: dict[str, ModelConfig] = {
                                    n_layers=32, n_heads=32, n_kv_heads=8, hidden_dim=14336,
                                    rope_theta=500000.0, max_seq_len=8192,
                                    bos_token_id=128000, eos_token_id=128009),
+    # Llama-3-70B's shape (Meta's config.json): for cost models and memory fits; its weights
+    # (141 GB in bf16) fit no single GPU, so it is never instantiated here.
+    "llama3-70b-shape": ModelConfig(name="llama3-70b-shape", vocab_size=128256, dim=8192,
+                                    n_layers=80, n_heads=64, n_kv_heads=8, hidden_dim=28672,
+                                    rope_theta=500000.0, max_seq_len=8192,
+                                    bos_token_id=128000, eos_token_id=128009),
 }
 GGUF_MODELS = ("smollm2-135m",)
 

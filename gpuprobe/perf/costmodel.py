@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from gpuprobe.perf.fit import Fit, fixed
+from gpuprobe.perf.fit import MEASURED, Fit, fixed
 from gpuprobe.perf.wake import spread_wake_fn, wake_fn
 
 PREFILL_TERMS = ("1", "T", "Q")
@@ -90,6 +90,12 @@ class StepCost:
     # How far the idle probes fell from that curve (wake.wake_spread): quantiles in seconds,
     # ascending, either sign; with an rng the simulator adds a draw from them to each wake-up.
     wake_spread: tuple[float, ...] = ()
+    # The devices one worker spans (a tensor-parallel group): its curves are the group's step
+    # times, the all-reduce per layer included; a deployment of it takes tp devices.
+    tp: int = 1
+    # KV token positions the worker's cache holds (memory.py: what the devices' memory leaves
+    # beside weights and activations); None where unknown (the scheduler's default applies).
+    max_kv_tokens: int | None = None
 
     @property
     def noisy(self) -> bool:
@@ -160,7 +166,8 @@ class StepCost:
                 "decode_event_noise": list(self.decode_event_noise),
                 "arrival_stall_s": self.arrival_stall_s,
                 "arrival_stall_per_token_s": self.arrival_stall_per_token_s,
-                "wake": [list(p) for p in self.wake], "wake_spread": list(self.wake_spread)}
+                "wake": [list(p) for p in self.wake], "wake_spread": list(self.wake_spread),
+                "tp": self.tp, "max_kv_tokens": self.max_kv_tokens}
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepCost":
@@ -185,7 +192,9 @@ class StepCost:
                    arrival_stall_s=float(d.get("arrival_stall_s", 0.0)),
                    arrival_stall_per_token_s=float(d.get("arrival_stall_per_token_s", 0.0)),
                    wake=_wake(d.get("wake", ())),
-                   wake_spread=_noise(d.get("wake_spread", ()), "wake_spread", positive=False))
+                   wake_spread=_noise(d.get("wake_spread", ()), "wake_spread", positive=False),
+                   tp=int(d.get("tp", 1)),
+                   max_kv_tokens=None if d.get("max_kv_tokens") is None else int(d["max_kv_tokens"]))
 
 
 def _noise(values, what: str = "step noise", positive: bool = True) -> tuple[float, ...]:
@@ -276,10 +285,16 @@ class Profile:
         base = self.workers.get("monolithic") or next(iter(self.workers.values()))
         if layout == "intra":
             share = self.prefill_share if role == "prefill" else 1.0 - self.prefill_share
-            return replace(base, scale=base.scale * share ** -self.share_alpha,
+            return replace(interpolated(base), scale=base.scale * share ** -self.share_alpha,
                            reasons=base.reasons + (f"{key} derived from the whole device at share "
                                                    f"{share:.2f} (alpha {self.share_alpha})",))
         return replace(base, reasons=base.reasons + (f"{key} assumed equal to monolithic",))
+
+    def num_kv_blocks(self, layout: str, role: str, block_size: int = 16) -> int | None:
+        """KV blocks of `block_size` tokens the worker of `role` in `layout` holds; None where
+        the profile does not say (its worker's max_kv_tokens)."""
+        tokens = self.worker(layout, role).max_kv_tokens
+        return None if tokens is None else max(1, tokens // block_size)
 
     def link(self, layout: str) -> Link:
         return self.links.get(layout) or kv_link_defaults()[layout]
@@ -296,7 +311,18 @@ class Profile:
         if self.overhead.source == "default":
             reasons.append("front-end overheads not measured (0 assumed)")
         reasons = list(dict.fromkeys(reasons))
-        return {"level": "low" if reasons else "high", "reasons": reasons}
+        return {"level": "low" if reasons else "high", "reasons": reasons,
+                "origins": self.origins(layouts)}
+
+    def origins(self, layouts=("monolithic",)) -> dict:
+        """{worker: {'prefill': origin, 'decode': origin}} (fit.ORIGINS' words) for `layouts`."""
+        out = {}
+        for layout in layouts:
+            for role in (("mixed",) if layout == "monolithic" else ("prefill", "decode")):
+                w = self.worker(layout, role)
+                key = "monolithic" if layout == "monolithic" else f"{layout}.{role}"
+                out[key] = {"prefill": w.prefill.origin, "decode": w.decode.origin}
+        return out
 
     def to_dict(self) -> dict:
         return {"version": 1, "name": self.name, "kv_bytes_per_token": self.kv_bytes_per_token,
@@ -321,6 +347,14 @@ class Profile:
 
     def dumps(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
+
+
+def interpolated(w: StepCost) -> StepCost:
+    """`w` as a worker derived from it: fitted curves become 'interpolated' (ORIGINS), the
+    rest keep their source."""
+    def mark(f: Fit) -> Fit:
+        return replace(f, source="interpolated") if f.source in MEASURED else f
+    return replace(w, prefill=mark(w.prefill), decode=mark(w.decode))
 
 
 def simple_worker(a: float, b: float, c: float, d0: float, d1: float, d2: float,

@@ -11,6 +11,13 @@ import numpy as np
 
 MIN_DISTINCT_SIZES = 5
 MIN_R2 = 0.9
+# Where a curve's figures come from (Fit.source -> what the profile says). 'interpolated':
+# a curve derived from measured ones of the same device (a worker at a device share that was
+# not measured, rescaled from a measured share or the whole device).
+ORIGINS = {"measured": "measured here", "store": "measured here",
+           "silicon": "measured silicon data", "interpolated": "interpolated",
+           "roofline": "roofline", "default": "default (not measured)"}
+MEASURED = ("measured", "store", "silicon")  # sources whose curves were fitted to data
 
 
 @dataclass(frozen=True)
@@ -19,13 +26,13 @@ class Fit:
 
     r2: coefficient of determination on the fitted points; rmse_s: root-mean-square residual
     (seconds for time fits); n_points / n_distinct: points and distinct x-sizes behind it;
-    x_max: the largest size fitted (predictions past it extrapolate); source: 'measured',
-    'store', 'roofline', 'default'.
+    x_max: the largest size fitted (predictions past it extrapolate); source: a key of
+    ORIGINS. r2 None: the curve was not fitted (roofline, default), nothing to measure it by.
     """
 
     terms: tuple[str, ...]
     coef: tuple[float, ...]
-    r2: float = 1.0
+    r2: float | None = 1.0
     rmse_s: float = 0.0
     max_abs_rel_residual: float = 0.0
     n_points: int = 0
@@ -36,21 +43,26 @@ class Fit:
 
     @property
     def confidence(self) -> str:
-        return "low" if self.reasons else "high"
+        return "low" if self.reasons or self.source not in MEASURED else "high"
+
+    @property
+    def origin(self) -> str:
+        return ORIGINS.get(self.source, self.source)
 
     def to_dict(self) -> dict:
         return {"terms": list(self.terms), "coef": list(self.coef), "r2": self.r2,
                 "rmse_s": self.rmse_s, "max_abs_rel_residual": self.max_abs_rel_residual,
                 "n_points": self.n_points, "n_distinct": self.n_distinct,
                 "x_max": None if self.x_max == float("inf") else self.x_max,
-                "source": self.source, "reasons": list(self.reasons),
+                "source": self.source, "origin": self.origin, "reasons": list(self.reasons),
                 "confidence": self.confidence}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Fit":
         x_max = d.get("x_max")
         return cls(terms=tuple(d["terms"]), coef=tuple(float(c) for c in d["coef"]),
-                   r2=float(d.get("r2", 1.0)), rmse_s=float(d.get("rmse_s", 0.0)),
+                   r2=None if d.get("r2", 1.0) is None else float(d.get("r2", 1.0)),
+                   rmse_s=float(d.get("rmse_s", 0.0)),
                    max_abs_rel_residual=float(d.get("max_abs_rel_residual", 0.0)),
                    n_points=int(d.get("n_points", 0)), n_distinct=int(d.get("n_distinct", 0)),
                    x_max=float("inf") if x_max is None else float(x_max),
@@ -59,8 +71,9 @@ class Fit:
 
 def fixed(terms: tuple[str, ...], coef: tuple[float, ...], source: str,
           reasons: tuple[str, ...] = ()) -> Fit:
-    """A curve that was not fitted (roofline, default): quality as given, no residuals."""
-    return Fit(terms=terms, coef=tuple(float(c) for c in coef), source=source, reasons=reasons)
+    """A curve that was not fitted (roofline, default): no R^2, no residuals."""
+    return Fit(terms=terms, coef=tuple(float(c) for c in coef), r2=None, source=source,
+               reasons=reasons)
 
 
 def least_squares(X: np.ndarray, y: np.ndarray, terms: tuple[str, ...], sizes: np.ndarray,

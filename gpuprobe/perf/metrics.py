@@ -1,22 +1,25 @@
 """Latency metrics and SLO attainment, defined once for simulated and measured requests.
 
-Definitions (all seconds):
+Definitions (all seconds), as vLLM's benchmarks, AIConfigurator and guidellm name them:
 - ttft_s: first token reaching the client minus the request's arrival.
-- tbt: the gap between consecutive tokens of one request. Aggregate TBT percentiles pool every
-  gap of every request (token-weighted), as a streaming user feels them.
-- tbt_mean_s (TPOT): per request, (last token - first token) / (tokens - 1).
-- A request meets the SLO when ttft_s <= slo_ttft_s and tbt_mean_s <= slo_tbt_s (a one-token
-  request meets the TBT part). The mean, not the request's p99, because a 10-token request's
-  p99 is its single worst gap, too noisy to compare measured with predicted.
+- TPOT (time per output token), per request: (last token - first token) / (tokens - 1), the
+  per-request mean gap (`tbt_mean_s` in the per-request table). Percentiles over requests:
+  tpot_p50_s / tpot_p90_s / tpot_p99_s.
+- ITL (inter-token latency): every gap between consecutive tokens of every request, pooled
+  (token-weighted), as a streaming user feels them. Its percentiles are the summary's
+  tbt_p50_s / tbt_p90_s / tbt_p99_s (the name gpuprobe's tables have always used).
+- A request meets the SLO when ttft_s <= Slo.ttft_s and its TPOT <= Slo.tpot_s (a one-token
+  request meets the TPOT part). The mean, not the request's p99 gap, because a 10-token
+  request's p99 is its single worst gap, too noisy to compare measured with predicted.
 - throughput_tok_s: output tokens of completed requests / (last token - first arrival).
 - offered_goodput_rps_per_device: requests meeting the SLO per second per device at the rate
   the workload was offered (cross 1P1D uses 2 devices). It saturates at the offered rate, so
   it cannot rank layouts that all keep up; the searched figure, the highest rate per device
   at which the SLO is still met (DistServe's goodput), is gpuprobe.decide's
   max_goodput_rps_per_device.
-- An SLO is met at a rate when slo_attainment >= Slo.attain and, where the SLO names a
-  percentile (ttft_pct, tbt_pct), that percentile of TTFT over requests (of the pooled TBT
-  gaps) is within its target too (meets_slo).
+- An SLO is met at a rate when slo_attainment >= Slo.attain and every percentile the SLO
+  names is within its target: TTFT's over requests (ttft_pct), TPOT's over requests
+  (tpot_pct), ITL's over the pooled gaps (itl_pct, against itl_s) (meets_slo).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ AGG_METRICS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tbt_p50_s", "tbt_p90_s
                "tbt_p99_s", "throughput_tok_s")
 
 
+TPOT_METRICS = ("tpot_p50_s", "tpot_p90_s", "tpot_p99_s")  # percentiles over requests
 PERCENTILES = (50, 90, 99)  # the percentiles summarize() reports, so the ones an SLO may name
 
 
@@ -38,35 +42,76 @@ class Slo:
     """Latency targets (seconds) and the share of requests that must meet them.
 
     One set of defaults for simulate, validate's tables and recommend: the `chat` preset
-    (gpuprobe.decide.slo, docs/decide.md "SLO presets"). ttft_pct / tbt_pct: also require
-    that percentile of TTFT (over requests) / of the pooled TBT gaps to be within target;
-    None: only the attainment counts (DistServe's definition)."""
+    (gpuprobe.decide.slo, docs/decide.md "SLO presets"). ttft_s / tpot_s: each request's
+    targets, which the attainment counts. ttft_pct / tpot_pct: also require that percentile
+    over requests to be within its target. itl_s at itl_pct: the percentile of every token gap
+    pooled. None: no percentile condition (DistServe's definition: the attainment alone)."""
 
     ttft_s: float = 2.0
-    tbt_s: float = 0.1
+    tpot_s: float = 0.1
     attain: float = 0.9
     ttft_pct: int | None = None
-    tbt_pct: int | None = None
+    tpot_pct: int | None = None
     name: str = "custom"
+    itl_s: float | None = None
+    itl_pct: int | None = None
 
     def __post_init__(self) -> None:
-        if not (self.ttft_s > 0 and self.tbt_s > 0):
+        if not (self.ttft_s > 0 and self.tpot_s > 0) or (self.itl_s is not None
+                                                          and not self.itl_s > 0):
             raise ValueError("SLO targets must be > 0 s")
         if not 0 < self.attain <= 1:
             raise ValueError(f"SLO attainment target must be in (0, 1], got {self.attain}")
-        for pct in (self.ttft_pct, self.tbt_pct):
+        for pct in (self.ttft_pct, self.tpot_pct, self.itl_pct):
             if pct is not None and pct not in PERCENTILES:
                 raise ValueError(f"SLO percentile must be one of {PERCENTILES}, got {pct}")
+        if (self.itl_s is None) != (self.itl_pct is None):
+            raise ValueError("an ITL target needs its percentile (itl_p99=50ms)")
+
+    @property
+    def tbt_s(self) -> float:
+        """The per-request TPOT target under its older name (readers of stored records)."""
+        return self.tpot_s
+
+    def describe(self) -> str:
+        """One line in the --slo spelling, e.g. 'ttft_p99 <= 2 s, tpot <= 0.1 s, attain 90%'."""
+        def key(name, pct):
+            return name if pct is None else f"{name}_p{pct}"
+        parts = [f"{key('ttft', self.ttft_pct)} <= {self.ttft_s:g} s",
+                 f"{key('tpot', self.tpot_pct)} <= {self.tpot_s:g} s"]
+        if self.itl_s is not None:
+            parts.append(f"itl_p{self.itl_pct} <= {self.itl_s:g} s")
+        return ", ".join(parts) + f", attain {self.attain:.0%}"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "ttft_s": self.ttft_s, "tbt_s": self.tbt_s,
-                "attain": self.attain, "ttft_pct": self.ttft_pct, "tbt_pct": self.tbt_pct,
-                "tbt_stat": "per-request mean (TPOT)"}
+        return {"name": self.name, "ttft_s": self.ttft_s, "ttft_pct": self.ttft_pct,
+                "tpot_s": self.tpot_s, "tpot_pct": self.tpot_pct, "itl_s": self.itl_s,
+                "itl_pct": self.itl_pct, "attain": self.attain,
+                "tbt_s": self.tpot_s,  # tpot_s under its older name, for older readers
+                "definitions": SLO_DEFINITIONS}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Slo":
-        return cls(float(d["ttft_s"]), float(d["tbt_s"]), float(d.get("attain", 0.9)),
-                   d.get("ttft_pct"), d.get("tbt_pct"), str(d.get("name", "custom")))
+        """From to_dict(), or a record written before TPOT and ITL were told apart: its tbt_s
+        was the per-request TPOT target and its tbt_pct the percentile of pooled gaps
+        (ITL) held to that same target."""
+        ttft, attain, name = float(d["ttft_s"]), float(d.get("attain", 0.9)), str(d.get("name", "custom"))
+        if "tpot_s" in d:
+            itl = d.get("itl_s")
+            return cls(ttft, float(d["tpot_s"]), attain, d.get("ttft_pct"), d.get("tpot_pct"),
+                       name, None if itl is None else float(itl), d.get("itl_pct"))
+        tbt, pct = float(d["tbt_s"]), d.get("tbt_pct")
+        return cls(ttft, tbt, attain, d.get("ttft_pct"), None, name,
+                   None if pct is None else tbt, pct)
+
+
+SLO_DEFINITIONS = {
+    "ttft": "time to first token per request; ttft_pct: its percentile over requests",
+    "tpot": "time per output token: each request's (last - first token) / (tokens - 1); "
+            "tpot_pct: its percentile over requests",
+    "itl": "inter-token latency: every gap between tokens of every request, pooled; itl_pct: "
+           "its percentile over the pooled gaps (the summary's tbt_pNN_s)",
+    "attain": "share of requests meeting both their TTFT and TPOT targets"}
 
 
 def meets_slo(summary: dict, slo: Slo) -> bool:
@@ -74,10 +119,11 @@ def meets_slo(summary: dict, slo: Slo) -> bool:
     percentiles within their targets (a NaN percentile, nothing completed, does not)."""
     if float(summary.get("slo_attainment", 0.0)) < slo.attain - 1e-12:
         return False
-    for pct, key, target in ((slo.ttft_pct, "ttft", slo.ttft_s), (slo.tbt_pct, "tbt", slo.tbt_s)):
+    for pct, key, target in ((slo.ttft_pct, "ttft", slo.ttft_s), (slo.tpot_pct, "tpot", slo.tpot_s),
+                             (slo.itl_pct, "tbt", slo.itl_s)):
         if pct is not None:
             v = summary.get(f"{key}_p{pct}_s", float("nan"))
-            if key == "tbt" and v != v and summary.get("num_completed"):
+            if key != "ttft" and v != v and summary.get("num_completed"):
                 continue  # one-token outputs only: no gap to judge, as per request
             if not v <= target:
                 return False
@@ -156,7 +202,8 @@ def summarize(req: pd.DataFrame, tbt: dict, slo: Slo, devices: int = 1) -> dict:
     ok = req[req["ok"]]
     out: dict = {"num_requests": int(len(req)), "num_completed": int(len(ok))}
     if len(ok) == 0:
-        return {**out, **{m: float("nan") for m in AGG_METRICS}, "slo_attainment": 0.0,
+        return {**out, **{m: float("nan") for m in (*AGG_METRICS, *TPOT_METRICS)},
+                "slo_attainment": 0.0,
                 "offered_goodput_rps_per_device": 0.0}
     ttft = ok["ttft_s"].to_numpy()
     out["ttft_p50_s"], out["ttft_p90_s"], out["ttft_p99_s"] = np.percentile(ttft, [50, 90, 99])
@@ -164,7 +211,11 @@ def summarize(req: pd.DataFrame, tbt: dict, slo: Slo, devices: int = 1) -> dict:
     span = float((ok["arrival_s"] + ok["e2e_s"]).max() - req["arrival_s"].min())
     out["span_s"] = span
     out["throughput_tok_s"] = float(ok["output_tokens"].sum() / span) if span > 0 else float("nan")
-    tbt_ok = ok["tbt_mean_s"].isna() | (ok["tbt_mean_s"] <= slo.tbt_s)
+    tpot = ok["tbt_mean_s"].to_numpy()
+    tpot = tpot[~np.isnan(tpot)]
+    pcts = np.percentile(tpot, [50, 90, 99]) if len(tpot) else [float("nan")] * 3
+    out["tpot_p50_s"], out["tpot_p90_s"], out["tpot_p99_s"] = pcts
+    tbt_ok = ok["tbt_mean_s"].isna() | (ok["tbt_mean_s"] <= slo.tpot_s)
     meets = (ok["ttft_s"] <= slo.ttft_s) & tbt_ok
     out["slo_attainment"] = float(meets.sum() / len(req))
     out["offered_goodput_rps_per_device"] = float(meets.sum() / span / devices) if span > 0 else 0.0

@@ -35,6 +35,9 @@ def check_profile_dict(d, prefill_terms: tuple, decode_terms: tuple) -> None:
             _number(w, name, where, lambda v: v > 0, "must be above 0")
         for name in _FINITE:
             _number(w, name, where)
+        _count(w, "tp", where, 1)
+        if w.get("max_kv_tokens") is not None:
+            _count(w, "max_kv_tokens", where, 0)
     links = d.get("links", {})
     _object(links, "links")
     for key, link in links.items():
@@ -80,6 +83,12 @@ def _number(d: dict, name: str, where: str, ok=lambda v: True, rule: str = "",
         raise ValueError(f"{field}: expected a finite number, got {v!r}")
     if not ok(float(v)):
         raise ValueError(f"{field}: {rule}, got {v!r}")
+
+
+def _count(d: dict, name: str, where: str, least: int) -> None:
+    if name in d and not (isinstance(d[name], int) and not isinstance(d[name], bool)
+                          and d[name] >= least):
+        raise ValueError(f"{where}.{name}: expected a whole number >= {least}, got {d[name]!r}")
 
 
 def _object(v, where: str) -> None:

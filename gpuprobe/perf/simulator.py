@@ -38,7 +38,8 @@ class SimResult:
 
 def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = Slo(),
              config: LayoutConfig | None = None, seed: int | None = 0) -> SimResult:
-    """Simulate `workload` through `layout` with `profile`'s costs. Times in seconds.
+    """Simulate `workload` (in arrival order, as loaded) through `layout` with `profile`'s
+    costs. Times in seconds.
     seed: of the step-time noise a measured profile carries (the same seed, the same result;
     None: every step on its curve)."""
     missing = [c for c in REQUIRED if c not in workload.columns]
@@ -46,8 +47,11 @@ def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = S
         raise UserError(f"workload lacks column(s) {missing}; needs {list(REQUIRED)}")
     if layout not in LAYOUTS:
         raise UserError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
-    wl = workload.sort_values("arrival_s", kind="stable")
+    wl = workload
     arrival = wl["arrival_s"].to_numpy(dtype=float)
+    if len(arrival) > 1 and (np.diff(arrival) < 0).any():  # sorted once where it was loaded
+        raise ValueError("workload is not in arrival order (gpuprobe.workloads.loading.as_workload "
+                         "sorts it)")
     prompt = wl["prompt_tokens"].to_numpy()
     output = np.maximum(wl["output_tokens"].to_numpy(), 1)
     with _gc_paused():

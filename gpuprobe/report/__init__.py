@@ -40,13 +40,13 @@ def write_report(store, workload: str, out: str, pdf: str | None = None, rec_id:
     return result
 
 
-def _layout_before(layouts, rec: dict | None) -> str | None:
+def _layout_before(layouts, rec) -> str | None:
     """The layout to compare with: the one the recommendation replaced where it was applied
     (after apply the layout running now is the recommendation itself), else the one running."""
     if not len(layouts):
         return None
-    if rec and rec.get("applied_s"):
-        switch = layouts[layouts["reason"] == f"recommendation {rec['id']}"]
+    if rec is not None and rec.applied_s:
+        switch = layouts[layouts["reason"] == f"recommendation {rec.id}"]
         if len(switch) and switch["from_layout"].iloc[0]:
             return str(switch["from_layout"].iloc[0])
     return str(layouts["to_layout"].iloc[-1])

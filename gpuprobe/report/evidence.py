@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe import __version__
-from gpuprobe.decide.rec_params import load_recommendation
+from gpuprobe.decide.recommendation import Recommendation, latest_recommendation, load_recommendation
 from gpuprobe.errors import UserError
 from gpuprobe.workloads.analyze import analyze
 from gpuprobe.workloads.loading import bundled_trace, load_workload
@@ -59,17 +59,16 @@ def gather(store, workload: str, rec_id: int | None = None,
     return ev
 
 
-def _recommendation(store, workload: str, rec_id: int | None) -> dict | None:
+def _recommendation(store, workload: str, rec_id: int | None) -> Recommendation | None:
     if rec_id is not None:
         rec = load_recommendation(store, rec_id)
-        made_for = rec.get("workload")
+        made_for = rec.workload_name
         if made_for and made_for != workload:  # else one workload's figures beside another's decision
             raise UserError(f"--recommendation {rec_id} was made for workload {made_for!r}, not "
                             f"{workload!r}: give --workload {made_for}, or leave --recommendation "
                             f"out for the latest of {workload!r}")
         return rec
-    recs = store.recommendations(workload)
-    return store.recommendation(int(recs["pk"].iloc[-1])) if len(recs) else None
+    return latest_recommendation(store, workload)
 
 
 def _forecast(store, workload: str) -> dict | None:

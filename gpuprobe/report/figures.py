@@ -39,7 +39,7 @@ def lengths_figure(ev: dict) -> go.Figure:
 
 def options_figure(ev: dict) -> go.Figure | None:
     rec = ev["recommendation"]
-    cands = ((rec or {}).get("body") or {}).get("candidates") or (rec or {}).get("candidates") or []
+    cands = list(rec.candidates) if rec is not None else []
     if not cands:
         return None
     labels = [c.get("label", c.get("layout")) for c in cands]

@@ -13,11 +13,11 @@ import numpy as np
 METRICS = (("ttft_p99_s", "TTFT p99", "s"), ("tbt_p99_s", "TBT p99", "s"))
 
 
-def baseline(rec: dict, current_layout: str | None) -> dict | None:
-    """The candidate to compare with: the current layout's best candidate, else monolithic's;
-    where the recommendation keeps that layout (other settings), the best other layout's, since
-    a sibling with the same figures would show no change and answer no question."""
-    cands = rec.get("candidates") or []
+def baseline(cands: list[dict], current_layout: str | None) -> dict | None:
+    """The candidate to compare with (cands: ranked, the recommendation's first): the current
+    layout's best candidate, else monolithic's; where the recommendation keeps that layout
+    (other settings), the best other layout's, since a sibling with the same figures would
+    show no change and answer no question."""
     if not cands:
         return None
     chosen = cands[0].get("layout")
@@ -69,16 +69,15 @@ def memo(ev: dict) -> dict:
                             "evidence only.", "rows": [], "risks": [], "next": [
                                 f"Run `{dict(ev['missing'])['recommendation']}` and write this report again."],
                 "partial": True}
-    body = rec.get("body") or {}
-    cands = body.get("candidates") or rec.get("candidates") or []
+    cands = list(rec.candidates)
     best = cands[0] if cands else {}
-    base = baseline({"candidates": cands}, ev.get("current_layout"))
+    base = baseline(cands, ev.get("current_layout"))
     err_best = model_error(ev.get("validation"), best.get("layout", ""))
     err_base = model_error(ev.get("validation"), (base or {}).get("layout", ""))
     mean_out = float(np.mean(ev["lengths"]["output"]))
-    rate = float((body.get("workload") or {}).get("rate_rps") or ev["mix"]["summary"]["requests"]
+    rate = float(rec.workload.get("rate_rps") or ev["mix"]["summary"]["requests"]
                  / max(ev["mix"]["summary"]["span_s"], 1e-9))
-    price = ev.get("cost_per_device_hour") or body.get("cost_per_device_hour")
+    price = ev.get("cost_per_device_hour") or rec.cost_per_device_hour
     rows = []
     unc = _unc(err_best, err_base)
     for key, name, unit in METRICS:
@@ -99,23 +98,22 @@ def memo(ev: dict) -> dict:
                 if c else None for c in (base, best))
     rows.append(_row("Cost per million output tokens", c_b, c_r, "$", "as goodput's (price over goodput)"
                      if price else "no price given (report --cost-per-device-hour USD)"))
-    confd = body.get("confidence") or {}
-    conf = rec.get("confidence_label") or confd.get("word", "")
-    risks = _risks(ev, best, err_best, conf, confd.get("basis"), rows)
-    nxt = [f"`gpuprobe plan --recommendation {rec['id']} --engine vllm --out plan/` (or sglang, dynamo) "
-           f"to get the commands for {best.get('label', rec['layout'])}."]
-    if rec.get("applied_s") and rec.get("applied_target"):
-        nxt.append(f"Applied to {rec['applied_target']} (`gpuprobe apply`): after an hour of traffic, "
-                   f"`gpuprobe recommend --check {rec['id']}` says whether it still holds.")
+    conf = rec.confidence.word or ""
+    risks = _risks(ev, best, err_best, conf, rec.confidence.basis, rows)
+    nxt = [f"`gpuprobe plan --recommendation {rec.id} --engine vllm --out plan/` (or sglang, dynamo) "
+           f"to get the commands for {best.get('label', rec.layout)}."]
+    if rec.applied_s and rec.applied_target:
+        nxt.append(f"Applied to {rec.applied_target} (`gpuprobe apply`): after an hour of traffic, "
+                   f"`gpuprobe recommend --check {rec.id}` says whether it still holds.")
     else:
-        nxt.append(f"Apply on one host first: `gpuprobe apply --recommendation {rec['id']} --target URL`, then "
-                   f"`gpuprobe recommend --check {rec['id']}` after an hour of traffic.")
+        nxt.append(f"Apply on one host first: `gpuprobe apply --recommendation {rec.id} --target URL`, then "
+                   f"`gpuprobe recommend --check {rec.id}` after an hour of traffic.")
     if ev.get("validation") is None:
         nxt.insert(0, f"Measure the model's error on this workload: `gpuprobe validate --workload {ev['workload']}`.")
-    sentence = body.get("decision") or f"Run {rec['layout']}."
+    sentence = rec.decision or f"Run {rec.layout}."
     return {"sentence": sentence, "rows": rows, "risks": risks, "next": nxt, "confidence": conf,
             "baseline": (base or {}).get("label"), "recommended": best.get("label"),
-            "baseline_why": _baseline_why(base, best, ev.get("current_layout"), bool(rec.get("applied_s"))),
+            "baseline_why": _baseline_why(base, best, ev.get("current_layout"), bool(rec.applied_s)),
             "error_note": _error_note(err_best, err_base, ((ev.get("validation") or {}).get("body") or {}).get("model")),
             "partial": bool(ev["missing"])}
 

@@ -145,8 +145,7 @@ def render(ev: dict, interactive: bool = True) -> str:
     first: list = []
     drawn = {k: _interactive(f, first) for k, f in figs.items()} if interactive else _static(figs)
     plots = {k: drawn.get(k, "") for k in ("mix", "lengths", "options", "forecast", "validate")}
-    rec = ev["recommendation"] or {}
-    body = rec.get("body") or {}
+    rec = ev["recommendation"]
     s = ev["mix"]["summary"]
     share = ev["mix"]["buckets"]["prefill_token_share"].dropna()
     env = jinja2.Environment(autoescape=True)
@@ -156,11 +155,10 @@ def render(ev: dict, interactive: bool = True) -> str:
         ratio=f"{s['prompt_output_ratio']:.1f} : 1" if s.get("prompt_output_ratio") else "n/a",
         share_lo=f"{share.quantile(0.1):.2f}" if len(share) else "n/a",
         share_hi=f"{share.quantile(0.9):.2f}" if len(share) else "n/a",
-        reasons=[r.get("text", "") for r in body.get("reasons") or rec.get("reasons") or []],
-        counters=_counters(ev["counters"]), outlook=(body.get("forecast") or {}).get("lines") or [],
-        cands=_cands(body.get("candidates") or rec.get("candidates") or [], ev, m),
-        vrows=_vrows(ev["validation"]), slo=_slo(rec.get("slo") or body.get("slo")),
-        profile_note=_profile_note(rec, body))
+        reasons=[r.get("text", "") for r in rec.reasons] if rec else [],
+        counters=_counters(ev["counters"]), outlook=((rec.forecast if rec else None) or {}).get("lines") or [],
+        cands=_cands(list(rec.candidates) if rec else [], ev, m),
+        vrows=_vrows(ev["validation"]), slo=_slo(rec), profile_note=_profile_note(rec))
 
 
 def _code(text: str):
@@ -207,16 +205,12 @@ def _ms(v) -> str:
     return "n/a" if v is None else f"{float(v) * 1000:.1f} ms"
 
 
-def _slo(slo) -> str:
-    if isinstance(slo, str):
-        import json
-        slo = json.loads(slo or "{}")
-    if not slo:
+def _slo(rec) -> str:
+    if rec is None:
         return "not recorded (no recommendation)"
-    return ", ".join(f"{k} {v}" for k, v in slo.items())
+    return f"{rec.slo.name}: {rec.slo.describe()}"  # TTFT, TPOT and ITL as the SLO names them
 
 
-def _profile_note(rec: dict, body: dict) -> str:
-    prof = body.get("profile") or {}
-    meta = prof.get("meta") or {}
+def _profile_note(rec) -> str:
+    meta = (rec.profile.get("meta") or {}) if rec else {}
     return ", ".join(f"{k} {v}" for k, v in meta.items() if k in ("model", "source", "device", "spec", "target"))

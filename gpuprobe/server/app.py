@@ -104,6 +104,10 @@ class ServerApp:
         active = self.router.active
         if active is None or self.router.closing:
             return web.json_response({"status": "unavailable"}, status=503)
+        missing = [r for r in ("prefill", "decode") if active.remote and not active.in_rotation(r)]
+        if missing:  # requests get 503 until a worker of that role answers again
+            return web.json_response({"status": "unavailable", "layout": active.name,
+                                      "reason": f"no {missing[0]} worker reachable"}, status=503)
         return web.json_response({"status": "ok", "layout": active.name})
 
     async def prom(self, request: web.Request) -> web.Response:
@@ -129,10 +133,14 @@ class ServerApp:
             return denied
         active = self.router.active
         cfg = active.cfg if active else None
+        split = cfg is not None and cfg.layout == "cross"
         return web.json_response({
             "layout": cfg.layout if cfg else None,
             "prefill_share": cfg.prefill_share if cfg and cfg.layout != "monolithic" else None,
             "chunked_prefill_tokens": cfg.chunked_prefill_tokens if cfg else None,
+            "num_prefill": cfg.num_prefill if split else None,
+            "num_decode": cfg.num_decode if split else None,
+            "workers": ("remote" if cfg.remote else "local") if cfg else None,
             "switching": self.router.switching, "history": self.router.history,
             "lease": self.lease.view()})
 
@@ -141,13 +149,18 @@ class ServerApp:
             return denied
         try:
             body = await _json_body(request)
-            cfg = _layout_config(body, self.router.active)
+            cfg = _layout_config(body, self.router.active, self.router.opts)
             actor, reason = _who(body)
             holder, force = _claim(body)
         except oa.ApiError as exc:
             return _error(exc)
         except LeaseError as exc:
             return lease_error(exc)
+        active = self.router.active
+        if cfg.remote and active is not None and active.remote:
+            return web.json_response({"error": {"message": "the front already runs on its "
+                                                "remote workers", "type": "conflict_error"}},
+                                     status=409)
         # Checked after the last await before switch() takes the lock, so two posts cannot both
         # pass: the second is told, not queued behind the first (apply must change nothing).
         if self.router.switching:
@@ -199,11 +212,35 @@ def _claim(body: dict) -> tuple[str | None, bool]:
     return holder, force
 
 
-LAYOUT_FIELDS = ("layout", "prefill_share", "chunked_prefill_tokens", "actor", "reason",
-                 "holder", "force")
+LAYOUT_FIELDS = ("layout", "prefill_share", "chunked_prefill_tokens", "num_prefill",
+                 "num_decode", "workers", "actor", "reason", "holder", "force")
 
 
-def _layout_config(body, active) -> LayoutConfig:
+def _workers(body: dict, opts) -> tuple[bool, int, int]:
+    """(remote, num_prefill, num_decode) of a switch: cross goes to the remote workers the
+    front was given unless 'workers' is 'local'; by default all of them (xPyD: the first x
+    and y when num_prefill, num_decode say so)."""
+    given = (len(opts.prefill_workers), len(opts.decode_workers))
+    workers = body.get("workers", "remote" if given[0] and body["layout"] == "cross" else "local")
+    if workers not in ("local", "remote"):
+        raise oa.ApiError("'workers' must be 'local' or 'remote'", "workers")
+    remote = workers == "remote"
+    if remote and not given[0]:
+        raise oa.ApiError("'workers': 'remote' needs a front started with --prefill-workers "
+                          "and --decode-workers", "workers")
+    counts = []
+    for name, default in (("num_prefill", given[0] if remote else 1),
+                          ("num_decode", given[1] if remote else 1)):
+        n = body.get(name, default)
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise oa.ApiError(f"'{name}' must be an integer", name)
+        if remote and n > default:
+            raise oa.ApiError(f"'{name}' {n}: the front was given {default} such workers", name)
+        counts.append(n)
+    return remote, counts[0], counts[1]
+
+
+def _layout_config(body, active, opts) -> LayoutConfig:
     if not isinstance(body, dict) or not isinstance(body.get("layout"), str):
         raise oa.ApiError("'layout' must be one of monolithic, intra, cross", "layout")
     # A misspelt field ('prefil_share') was ignored and the switch went ahead at the default.
@@ -217,8 +254,9 @@ def _layout_config(body, active) -> LayoutConfig:
     chunk = body.get("chunked_prefill_tokens")
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int)):
         raise oa.ApiError("'chunked_prefill_tokens' must be an integer", "chunked_prefill_tokens")
+    remote, num_prefill, num_decode = _workers(body, opts)
     try:
-        return LayoutConfig(body["layout"], float(share), chunk)
+        return LayoutConfig(body["layout"], float(share), chunk, num_prefill, num_decode, remote)
     except ValueError as exc:
         param = str(exc).split(" ", 1)[0]
         raise oa.ApiError(str(exc), param) from None

@@ -7,8 +7,10 @@ multiprocessing reductions pass it: a handle to fresh shared memory. On CUDA the
 device memory: the prefill worker sends a CUDA IPC handle to a device copy, and the decode
 worker copies it into its cache on the GPU (GPUPROBE_INTRA_KV=host sends it through the host
 ring instead, for comparison).
-TcpHandoff (cross): the KV is sent over TCP in chunks as raw bytes (kv_transfer); a receive
-thread in the decode worker reads it into one buffer, and records its CPU time.
+TcpHandoff (cross): the KV is sent over an authenticated TCP link in chunks as raw bytes
+(kv_transfer, link_auth), to the decode worker the front chose for the request; a receive
+thread in the decode worker checks the header, reads it into one buffer, and records its CPU
+and transfer time.
 Both: send(meta, kv) on the prefill side; receive_ready() -> [(meta, kv)] on the decode side,
 and release(meta) once the KV is in the decode worker's cache.
 """
@@ -17,16 +19,15 @@ from __future__ import annotations
 
 import os
 import queue
-import threading
 import time
 
 import torch
 import torch.multiprocessing  # registers the tensor reductions that Pipe.send uses
 
-from gpuprobe.server import kv_transfer
+from gpuprobe.server import kv_transfer, link_auth
 from gpuprobe.server.kv_ring import KvRing, RingRef
 
-CONNECT_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 5.0  # a decode worker that does not answer fails the request, not the loop
 IPC_COLLECT_EVERY = 32  # intra on CUDA: hand-overs between frees of released IPC copies
 IO_TIMEOUT_S = 60.0
 
@@ -135,64 +136,74 @@ class PipeHandoff:
 
 
 class TcpHandoff:
-    def __init__(self, role: str, addr: str):
-        self.role, self.address = role, addr
-        self._sock = None
+    """Cross: KV over authenticated TCP (link_auth). The prefill side keeps one connection per
+    decode worker it has sent to; the decode side is handed each KV connection by the
+    worker's LinkServer (serve) and checks every header against its model (LinkLimits)
+    before reading the payload."""
+
+    def __init__(self, role: str, link, limits=None, addr: str | None = None):
+        self.role, self.link, self.limits = role, link, limits
+        self.address = addr  # decode: where prefill workers reach it (set once it listens)
+        self._socks: dict[str, object] = {}
         self._ready: queue.SimpleQueue = queue.SimpleQueue()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self.waitable = self._wake_r
-        if role == "decode":
-            self._listener = kv_transfer.listen(addr)
-            threading.Thread(target=self._accept, daemon=True, name="kv-accept").start()
 
     def send(self, meta: dict, kv) -> None:
-        if self._sock is None:
-            self._sock = self._connect()
+        """To meta['decode_addr'] (or this handoff's address). A connection that broke since
+        the last send (the decode worker restarted) is replaced once."""
+        addr = meta.get("decode_addr") or self.address
         fmt, payload = kv_transfer.dump_payload(_map_tensors(kv, lambda t: t.detach().to("cpu")))
-        kv_transfer.send_message(self._sock, {**meta, **fmt, "kv_bytes": kv_nbytes(kv)}, payload)
-
-    def _connect(self):
-        deadline = time.monotonic() + CONNECT_TIMEOUT_S
-        while True:
+        header = {**meta, **fmt, "kv_bytes": kv_nbytes(kv)}
+        for attempt in (0, 1):
+            fresh = addr not in self._socks
+            sock = self._socks[addr] if not fresh else self._connect(addr)
+            self._socks[addr] = sock
             try:
-                sock = kv_transfer.connect(self.address, timeout_s=5.0)
-                sock.settimeout(IO_TIMEOUT_S)
-                return sock
-            except OSError:
-                if time.monotonic() > deadline:
+                kv_transfer.send_message(sock, header, payload)
+                return
+            except kv_transfer.TransferError:
+                self._drop(addr)
+                if fresh or attempt:
                     raise
-                time.sleep(0.1)
 
-    def _accept(self) -> None:
+    def _connect(self, addr: str):
+        sock = link_auth.connect(kv_transfer.parse_addr(addr), self.link, "kv",
+                                 timeout_s=CONNECT_TIMEOUT_S)
+        sock.settimeout(IO_TIMEOUT_S)
+        return sock
+
+    def _drop(self, addr: str) -> None:
+        sock = self._socks.pop(addr, None)
+        if sock is not None:
+            sock.close()
+
+    def serve(self, sock, peer: str) -> None:
+        """Decode side: one authenticated KV connection, message after message, until the
+        peer closes. A bad frame raises TransferError (the link counts it and closes)."""
+        check = self.limits.check_kv_header
         while True:
+            # No timeout while idle between requests; a message in progress is bounded.
+            sock.settimeout(None)
             try:
-                sock, _ = self._listener.accept()
+                first = sock.recv(1)
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(sock,), daemon=True,
-                             name="kv-recv").start()
-
-    def _serve(self, sock) -> None:
-        # No timeout while idle between requests; a message in progress is bounded below.
-        with sock:
-            while True:
-                try:
-                    sock.settimeout(None)
-                    head = sock.recv(1, 0x2)  # MSG_PEEK: block until a message starts
-                    if not head:
-                        return
-                    sock.settimeout(IO_TIMEOUT_S)
-                    cpu0 = time.thread_time()
-                    meta, payload = kv_transfer.recv_message(sock)
-                    kv = kv_transfer.load_payload(payload, meta)
-                except (OSError, kv_transfer.TransferError):
-                    return
-                # This thread's CPU for the message: work done beside the decode loop, on its
-                # cores, which the loop's own step records do not show.
-                meta["kv_recv_cpu_s"] = time.thread_time() - cpu0
-                self._ready.put((meta, kv))
-                os.write(self._wake_w, b"x")
+            if not first:
+                return
+            sock.settimeout(IO_TIMEOUT_S)
+            t0, cpu0 = time.perf_counter(), time.thread_time()
+            meta, payload = kv_transfer.recv_message(sock, self.limits.max_header_bytes, check,
+                                                     prefix=first)
+            kv = kv_transfer.load_payload(payload, meta)
+            # This thread's CPU for the message: work done beside the decode loop, on its
+            # cores, which the loop's own step records do not show.
+            meta["kv_recv_cpu_s"] = time.thread_time() - cpu0
+            meta["kv_xfer_s"] = time.perf_counter() - t0  # first byte to last, on this side
+            meta["kv_peer"] = peer
+            self._ready.put((meta, kv))
+            os.write(self._wake_w, b"x")
 
     def release(self, meta: dict) -> None:
         pass  # the KV arrived in a buffer of its own
@@ -212,14 +223,14 @@ class TcpHandoff:
         return out
 
     def close(self) -> None:
-        for s in (self._sock, getattr(self, "_listener", None)):
-            if s is not None:
-                s.close()
+        for addr in list(self._socks):
+            self._drop(addr)
 
 
-def make_handoff(spec, peer):
+def make_handoff(spec, peer, link=None, limits=None):
+    """The spec's handoff channel; link: the LinkConfig of a tcp one, limits its LinkLimits."""
     if spec.handoff == "pipe":
         return PipeHandoff(spec.role, peer, KvRing(*spec.kv_ring) if spec.kv_ring else None)
     if spec.handoff == "tcp":
-        return TcpHandoff(spec.role, spec.peer_addr)
+        return TcpHandoff(spec.role, link, limits)
     return None

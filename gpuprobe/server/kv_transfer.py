@@ -2,7 +2,9 @@
 
 A message is: 8-byte big-endian header length, a JSON header (request id, token ids,
 sampling params, first token, payload size, payload format), then the KV payload sent in
-CHUNK_BYTES pieces. A single tensor (what ModelRunner.export_kv returns) goes as its raw bytes,
+CHUNK_BYTES pieces. The worker link's control messages use the same frame with no payload.
+A receiver passes limits (the header's size, a check of the header before any payload byte
+is read), so a peer cannot make it allocate more than the model's KV for one full context. A single tensor (what ModelRunner.export_kv returns) goes as its raw bytes,
 its dtype and shape in the header, and comes back as a view of the received buffer: no
 serializer on either side. torch.save/torch.load cost the decode worker about 0.6 ms per
 request in deserializing alone, on the core its decode loop runs on (bench/kv_transfer_bench.py).
@@ -24,7 +26,12 @@ MAX_HEADER_BYTES = 16 << 20
 
 
 class TransferError(Exception):
-    """The peer closed, timed out or sent something malformed."""
+    """The peer closed, timed out or sent something malformed. `reason` is the /metrics label
+    a worker counts it under: truncated, timeout, oversized, malformed, bad_shape."""
+
+    def __init__(self, message: str, reason: str = "malformed"):
+        super().__init__(message)
+        self.reason = reason
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -75,11 +82,17 @@ def load_payload(data: bytes | bytearray | memoryview, header: dict | None = Non
     return torch.frombuffer(data, dtype=torch.uint8).view(dtype).view(shape)
 
 
-def send_message(sock: socket.socket, header: dict, payload: bytes | memoryview) -> int:
+def encode_frame(header: dict, payload_bytes: int = 0) -> bytes:
+    """The length prefix and JSON header of one message (its payload follows, if any)."""
+    head = json.dumps({**header, "payload_bytes": payload_bytes},
+                      separators=(",", ":")).encode()
+    return _LEN.pack(len(head)) + head
+
+
+def send_message(sock: socket.socket, header: dict, payload: bytes | memoryview = b"") -> int:
     """Send one framed message; returns payload bytes sent. Socket timeouts raise TransferError."""
-    head = json.dumps({**header, "payload_bytes": len(payload)}).encode()
     try:
-        sock.sendall(_LEN.pack(len(head)) + head)
+        sock.sendall(encode_frame(header, len(payload)))
         view = memoryview(payload)
         for off in range(0, len(view), CHUNK_BYTES):
             sock.sendall(view[off:off + CHUNK_BYTES])
@@ -95,24 +108,35 @@ def _recv_exact(sock: socket.socket, n: int, into: bytearray | None = None) -> b
     while got < n:
         try:
             k = sock.recv_into(view[got:], min(n - got, CHUNK_BYTES))
-        except (TimeoutError, OSError) as exc:
-            raise TransferError(f"recv failed after {got}/{n} bytes: {exc}") from exc
+        except TimeoutError as exc:
+            raise TransferError(f"recv timed out after {got}/{n} bytes", "timeout") from exc
+        except OSError as exc:
+            raise TransferError(f"recv failed after {got}/{n} bytes: {exc}", "truncated") from exc
         if k == 0:
-            raise TransferError(f"peer closed after {got}/{n} bytes")
+            raise TransferError(f"peer closed after {got}/{n} bytes", "truncated")
         got += k
     return buf
 
 
-def recv_message(sock: socket.socket) -> tuple[dict, bytearray]:
-    """Receive one framed message -> (header, payload bytes)."""
-    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
-    if n > MAX_HEADER_BYTES:
-        raise TransferError(f"header of {n} bytes is implausible")
+def recv_message(sock: socket.socket, max_header_bytes: int = MAX_HEADER_BYTES, check=None,
+                 prefix: bytes = b"") -> tuple[dict, bytearray]:
+    """Receive one framed message -> (header, payload bytes). prefix: the frame's first bytes,
+    already read. check(header) may raise TransferError; it runs before the payload is read,
+    and must bound payload_bytes (without one, only a well-formed count is required)."""
+    (n,) = _LEN.unpack(prefix + bytes(_recv_exact(sock, _LEN.size - len(prefix))))
+    if n > max_header_bytes:
+        raise TransferError(f"header of {n} bytes is over the limit of {max_header_bytes}",
+                            "oversized")
     try:
         header = json.loads(bytes(_recv_exact(sock, n)))
-    except ValueError as exc:
+    except (ValueError, UnicodeDecodeError) as exc:
         raise TransferError(f"malformed header: {exc}") from exc
-    payload = _recv_exact(sock, int(header["payload_bytes"]))
+    size = header.get("payload_bytes") if isinstance(header, dict) else None
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise TransferError("header is not an object with a payload_bytes count")
+    if check is not None:
+        check(header)
+    payload = _recv_exact(sock, size)
     return header, payload
 
 

@@ -3,13 +3,15 @@
     with start_server("tiny", "monolithic", store="run.db") as srv:
         requests.post(srv.url + "/v1/completions", ...)
 
-Used by tests, benches and `gpuprobe validate`.
+Used by tests, benches and `gpuprobe validate`. start_worker does the same for a
+`gpuprobe worker` (the cross layout's remote workers) and waits for its ready line.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -114,3 +116,61 @@ def _healthy(url: str) -> bool:
             return r.status == 200 and json.load(r).get("status") == "ok"
     except (OSError, ValueError):
         return False
+
+
+@dataclass
+class WorkerProcessHandle:
+    """A `gpuprobe worker` process. addr (its link) and metrics_url (its /metrics; None with
+    --no-metrics) are known once wait_ready() has read its ready line."""
+
+    proc: subprocess.Popen
+    log_path: str
+    log_start: int = 0  # where this run's output starts in log_path
+    addr: str | None = None
+    metrics_url: str | None = None
+
+    def wait_ready(self, timeout_s: float = 180.0) -> WorkerProcessHandle:
+        """Wait for the ready line. Raises GpuprobeError if the worker exits first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self.log_start)
+                m = _READY.search(fh.read().decode(errors="replace"))
+            if m:
+                self.addr, self.metrics_url = m.group(1), m.group(2)
+                return self
+            if self.proc.poll() is not None:
+                raise GpuprobeError(f"worker exited with code {self.proc.returncode} before "
+                                    f"ready" + _log_says(self.log_path))
+            time.sleep(0.1)
+        self.stop(5)
+        raise GpuprobeError(f"worker not ready after {timeout_s:.0f}s" + _log_says(self.log_path))
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        return ServerHandle("", self.proc).stop(timeout_s)
+
+
+_READY = re.compile(r"gpuprobe worker: ready, .* on link (\S+?)(?: over TLS)?(?:, /metrics at "
+                    r"(\S+))?$", re.M)
+
+
+def start_worker(role: str, listen: str, secret_file: str, log_path: str,
+                 model: str = "tiny", wait: bool = True, wrap: tuple[str, ...] = (),
+                 **opts) -> WorkerProcessHandle:
+    """Run `gpuprobe worker --role ROLE --listen LISTEN ...` (opts as flags, True for a bare
+    flag); with wait, until its ready line. wrap: a command that execs it (`ip netns exec NS`).
+    Like start_server, the worker gets SIGTERM when the thread that started it ends: start
+    several from one thread (wait=False), then wait_ready."""
+    cmd = [*wrap, sys.executable, "-m", "gpuprobe.cli.main", "worker", "--role", role,
+           "--listen", listen, "--link-secret-file", str(secret_file), "--model", model]
+    for key, value in opts.items():
+        if value is True:
+            cmd.append(_flag(key))
+        elif value is not None and value is not False:
+            cmd += [_flag(key), str(value)]
+    with open(log_path, "ab") as out:
+        start = out.tell()  # a restarted worker's log still holds the last ready line
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    handle = WorkerProcessHandle(proc, log_path, start)
+    return handle.wait_ready() if wait else handle

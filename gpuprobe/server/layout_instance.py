@@ -1,13 +1,18 @@
-"""A running layout: its worker processes, their pipes, readiness and shutdown (front side).
+"""A running layout: its workers, readiness and shutdown (front side).
 
-Messages from workers are read on the event loop with add_reader on each pipe and handed to
-`on_message(instance, worker, msg)`; a closed pipe (the process died) becomes
-`on_message(instance, worker, ("died", reason))`.
+Workers the front spawns (monolithic, intra, the local cross) talk over pipes, read on the
+event loop with add_reader and handed to `on_message(instance, worker, msg)`; a closed pipe
+(the process died) becomes `on_message(instance, worker, ("died", reason))`. A remote layout's
+workers (RemoteSpec: started by `gpuprobe worker`, maybe on other hosts) are reached over the
+link (remote_handle.py); one that is lost is re-probed until it answers again, then
+("rejoined",) is reported.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 import multiprocessing as mp
 import os
 import time
@@ -15,14 +20,19 @@ from dataclasses import dataclass, field, replace
 
 from gpuprobe.server import kv_ring
 from gpuprobe.server.options import LayoutConfig
+from gpuprobe.server.remote_handle import RemoteWorkerHandle
 from gpuprobe.server.worker import WorkerSpec, worker_main
 
+log = logging.getLogger("gpuprobe.server")
 START_TIMEOUT_S = 180.0
+REPROBE_S = (0.2, 0.5, 1.0, 2.0)  # waits between tries to reach a lost remote worker
 _CTX = mp.get_context("spawn")
 
 
 @dataclass
 class WorkerHandle:
+    """A worker process the front spawned, and its pipe."""
+
     spec: WorkerSpec
     proc: object
     conn: object
@@ -33,6 +43,10 @@ class WorkerHandle:
     @property
     def worker_id(self) -> str:
         return self.spec.worker_id
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     def send(self, msg) -> bool:
         """False when the worker is gone (its death is reported through the reader)."""
@@ -48,30 +62,46 @@ class WorkerHandle:
 class LayoutInstance:
     """Worker processes of one layout, started together and stopped together."""
 
-    def __init__(self, cfg: LayoutConfig, specs: list[WorkerSpec], on_message):
+    def __init__(self, cfg: LayoutConfig, specs: list, on_message, remote=None):
+        """remote: (LinkConfig, model name, the front's max context) for RemoteSpecs."""
         self.cfg = cfg
         self.specs = specs
         self.on_message = on_message
-        self.workers: dict[str, WorkerHandle] = {}
+        self.workers: dict[str, WorkerHandle | RemoteWorkerHandle] = {}
         self.draining = False
         self.stopped = False
         self.started_s = time.time()
         self._ring_path: str | None = None
+        self.remote = remote
+        self._probes: set[asyncio.Task] = set()
 
     @property
     def name(self) -> str:
         return self.cfg.layout
 
     @property
-    def entry(self) -> WorkerHandle:
-        """The worker new requests go to: the mixed or the prefill one."""
-        return next(w for w in self.workers.values() if w.spec.role in ("mixed", "prefill"))
+    def is_split(self) -> bool:
+        """Cross: each request's decode worker is chosen when it is dispatched."""
+        return self.cfg.layout == "cross"
 
-    def worker_by_role(self, role: str) -> WorkerHandle | None:
-        return next((w for w in self.workers.values() if w.spec.role == role), None)
+    def entries(self) -> list:
+        """The workers new requests may go to (mixed or prefill), alive or not."""
+        return [w for w in self.workers.values() if w.spec.role in ("mixed", "prefill")]
+
+    def in_rotation(self, role: str) -> list:
+        return [w for w in self.workers.values() if w.spec.role == role and w.alive]
+
+    def decode_addr(self, w) -> str:
+        """Where prefill workers send a request's KV for decode worker w."""
+        return w.spec.addr if self.remote else w.info["handoff_addr"]
 
     async def start(self) -> None:
-        """Spawn every worker and wait for all to load their model. Raises on failure."""
+        """Spawn every worker (or reach every remote one) and wait until they are ready.
+        Raises on failure; a remote layout starts when at least one worker of each role
+        answers, and re-probes the others."""
+        if self.remote:
+            await self._start_remote()
+            return
         loop = asyncio.get_running_loop()
         peers = self._peer_pipes()
         self._attach_ring()
@@ -148,12 +178,63 @@ class LayoutInstance:
         if not self.stopped:
             self.on_message(self, w, ("died", reason))
 
+    # ---- remote workers ------------------------------------------------------------------
+    async def _start_remote(self) -> None:
+        for spec in self.specs:
+            w = RemoteWorkerHandle(spec, self.remote[0], self.on_message)
+            w.instance = self
+            self.workers[spec.worker_id] = w
+        handles = list(self.workers.values())
+        results = await asyncio.gather(*(w.connect(*self.remote[1:]) for w in handles),
+                                       return_exceptions=True)
+        failed = [str(r) for r in results if isinstance(r, BaseException)]
+        missing = [r for r in ("prefill", "decode") if not self.in_rotation(r)]
+        if missing:
+            await self.stop()
+            raise RuntimeError(f"no {' and no '.join(missing)} worker answered: "
+                               + "; ".join(failed))
+        for w, r in zip(handles, results):
+            if isinstance(r, BaseException):
+                log.warning("%s; re-probing it", r)
+                self.reprobe(w)
+
+    def reprobe(self, w: RemoteWorkerHandle) -> None:
+        """Try to reach a lost remote worker again, backing off, until it answers or the
+        layout stops; then report ("rejoined",)."""
+        task = asyncio.get_running_loop().create_task(self._reprobe(w))
+        self._probes.add(task)
+        task.add_done_callback(self._probes.discard)
+
+    async def _reprobe(self, w: RemoteWorkerHandle) -> None:
+        for n in itertools.count():
+            await asyncio.sleep(REPROBE_S[min(n, len(REPROBE_S) - 1)])
+            if self.stopped:
+                return
+            try:
+                await w.connect(*self.remote[1:])
+            except RuntimeError as exc:
+                if n == len(REPROBE_S):  # once, not every try
+                    log.warning("%s; still re-probing", exc)
+                continue
+            if self.stopped:
+                await w.close()
+                return
+            self.on_message(self, w, ("rejoined",))
+            return
+
     def pids(self) -> dict[str, int]:
-        return {w.worker_id: w.proc.pid for w in self.workers.values() if w.alive}
+        return {w.worker_id: w.pid for w in self.workers.values() if w.alive}
 
     async def stop(self, timeout_s: float = 10.0) -> None:
-        """Ask every worker to stop (aborting what it still holds); kill those that linger."""
+        """Ask every worker to stop (aborting what it still holds); kill those that linger.
+        Remote workers are only told this front is done with them: they run on."""
         self.stopped = True
+        if self.remote:
+            for task in list(self._probes):
+                task.cancel()
+            for w in self.workers.values():
+                await w.close()
+            return
         self._unlink_ring()
         for w in self.workers.values():
             w.send(("stop",))

@@ -34,7 +34,7 @@ async def serve(opts: ServeOptions, layout: LayoutConfig, host: str, port: int,
     telemetry = TelemetryWriter(store_path, run_id, host_name, {
         "model": opts.model, "layout": layout.layout, "device": opts.device})
     metrics = ServerMetrics(opts.model, model.max_context)
-    router = Router(opts, metrics, telemetry, run_id, host_name)
+    router = Router(opts, metrics, telemetry, run_id, host_name, model.max_context)
     runner = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -33,6 +33,9 @@ def buckets_1_2_5(max_value: int) -> tuple[int, ...]:
         scale *= 10
 _ITER_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 _HANDOFF_BUCKETS = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+# vLLM's NIXL connector buckets: transfer seconds, and bytes 2 KiB to 8 GiB in steps of 4x
+_XFER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
+_XFER_BYTES_BUCKETS = tuple(2 ** (10 + i) for i in range(1, 25, 2))
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -63,6 +66,13 @@ class ServerMetrics:
                                buckets=_ITER_BUCKETS, registry=r)
         self._handoff = Histogram("gpuprobe_kv_handoff_seconds", "Prefill->decode KV handoff "
                                   "time (s)", labels, buckets=_HANDOFF_BUCKETS, registry=r)
+        # The cross layout's KV transfers, under the names of vLLM's NIXL connector.
+        self._xfer = Histogram("vllm:nixl_xfer_time_seconds", "Histogram of transfer duration "
+                               "for KV cache transfers (cross: first byte to last, on the "
+                               "decode worker).", labels, buckets=_XFER_BUCKETS, registry=r)
+        self._xfer_bytes = Histogram("vllm:nixl_bytes_transferred", "Histogram of bytes "
+                                     "transferred per KV cache transfer.", labels,
+                                     buckets=_XFER_BYTES_BUCKETS, registry=r)
         self._layout = Gauge("gpuprobe_layout_info", "1 for the active layout",
                              ["model_name", "layout"], registry=r)
         self._share = Gauge("gpuprobe_prefill_share", "Share of compute given to prefill in "
@@ -138,6 +148,10 @@ class ServerMetrics:
 
     def on_handoff(self, seconds: float) -> None:
         self._handoff.labels(self._m).observe(seconds)
+
+    def on_kv_transfer(self, seconds: float, nbytes: int) -> None:
+        self._xfer.labels(self._m).observe(seconds)
+        self._xfer_bytes.labels(self._m).observe(nbytes)
 
     def on_finish(self, e2e_s: float, status: str) -> None:
         self._e2e.labels(self._m).observe(e2e_s)

@@ -59,6 +59,9 @@ class GenRequest:
     # every token gets its chunk (content "" while a character is incomplete): per-token times
     # for a load generator, which a client counting chunks as text does not ask for
     continuous_usage: bool = False
+    # vLLM's return_token_ids: each choice (each stream chunk) also carries the ids of the
+    # tokens its text came from, so a client can compare outputs token for token
+    return_token_ids: bool = False
 
 
 def _get(body: dict, name: str, kinds: tuple, default: Any) -> Any:
@@ -112,15 +115,20 @@ def _common(body: Any, kind: str, prompt_ids: list[int], max_context: int,
     top_p = float(_get(body, "top_p", (int, float), 1.0))
     if not 0 < top_p <= 1:
         raise ApiError(f"'top_p' must be in (0, 1], got {top_p}", "top_p")
+    seed = _get(body, "seed", (int,), None)
+    if seed is not None and not -(2 ** 63) <= seed < 2 ** 64:
+        # torch's generators take no other; a worker would fail on it mid-step
+        raise ApiError(f"'seed' must be in [-2^63, 2^64), got {seed}", "seed")
     options = _get(body, "stream_options", (dict,), {})
     include_usage = _get(options, "include_usage", (bool,), False)
     continuous = _get(options, "continuous_usage_stats", (bool,), False)
     return GenRequest(
         kind=kind, model=_get(body, "model", (str,), ""), prompt_token_ids=tuple(prompt_ids),
         max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-        seed=_get(body, "seed", (int,), None), ignore_eos=_get(body, "ignore_eos", (bool,), False),
+        seed=seed, ignore_eos=_get(body, "ignore_eos", (bool,), False),
         stream=_get(body, "stream", (bool,), False), include_usage=include_usage, stop=_stop(body),
-        continuous_usage=continuous)
+        continuous_usage=continuous,
+        return_token_ids=_get(body, "return_token_ids", (bool,), False))
 
 
 def _check_ids(ids: list, vocab_size: int, param: str) -> list[int]:
@@ -199,9 +207,11 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
 
 
 def stream_chunk(req: GenRequest, rid: str, model: str, text: str, finish_reason: str | None,
-                 first: bool = False, completion_tokens: int | None = None) -> dict:
+                 first: bool = False, completion_tokens: int | None = None,
+                 token_ids: list[int] | None = None) -> dict:
     """One SSE chunk carrying `text` (a chat delta or a completion text piece). A chat chunk
-    that only finishes the stream has no content (OpenAI's `"delta":{}`)."""
+    that only finishes the stream has no content (OpenAI's `"delta":{}`). token_ids: the
+    tokens since the last chunk, with return_token_ids."""
     if req.kind == "chat":
         delta = {"content": text} if text or not finish_reason else {}
         if first:
@@ -211,6 +221,8 @@ def stream_chunk(req: GenRequest, rid: str, model: str, text: str, finish_reason
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         obj = "text_completion"
+    if req.return_token_ids:
+        choice["token_ids"] = token_ids or []
     out = {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice]}
     if completion_tokens is not None:
         out["usage"] = usage(len(req.prompt_token_ids), completion_tokens)
@@ -225,7 +237,7 @@ def usage_chunk(req: GenRequest, rid: str, model: str, completion_tokens: int) -
 
 
 def full_response(req: GenRequest, rid: str, model: str, text: str, finish_reason: str,
-                  completion_tokens: int) -> dict:
+                  completion_tokens: int, token_ids: list[int] | None = None) -> dict:
     if req.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
                   "logprobs": None, "finish_reason": finish_reason}
@@ -233,6 +245,8 @@ def full_response(req: GenRequest, rid: str, model: str, text: str, finish_reaso
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         obj = "text_completion"
+    if req.return_token_ids:
+        choice["token_ids"] = token_ids or []
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model,
             "choices": [choice], "usage": usage(len(req.prompt_token_ids), completion_tokens)}
 

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 
+from gpuprobe.server import routing
 from gpuprobe.server import telemetry as tm
 from gpuprobe.server.admission import Admission
 from gpuprobe.server.layout_instance import LayoutInstance
@@ -25,8 +26,10 @@ log = logging.getLogger("gpuprobe.server")
 
 
 class Router:
-    def __init__(self, opts: ServeOptions, metrics, telemetry, run_id: str, host: str):
+    def __init__(self, opts: ServeOptions, metrics, telemetry, run_id: str, host: str,
+                 max_context: int = 0):
         self.opts, self.metrics, self.telemetry = opts, metrics, telemetry
+        self.max_context = max_context  # what the front admits; remote workers must hold it
         self.run_id, self.host = run_id, host
         self.active: LayoutInstance | None = None
         self.retired: list[LayoutInstance] = []
@@ -36,6 +39,7 @@ class Router:
         self.closing = False
         self._lock = asyncio.Lock()
         self._tags = 0
+        self._turn = 0  # the next worker in turn among equally loaded ones
         self._tasks: set[asyncio.Task] = set()
         self.admission = Admission(opts.max_num_seqs + opts.max_queue, opts.max_queue_wait_s)
 
@@ -53,9 +57,10 @@ class Router:
             t0 = time.time()
             old = self.active
             self._tags += 1
-            new = LayoutInstance(cfg, worker_specs(self.opts, cfg, f"L{self._tags}"),
-                                 self._on_message)
             try:
+                new = LayoutInstance(cfg, worker_specs(self.opts, cfg, f"L{self._tags}"),
+                                     self._on_message, self._remote(cfg))
+                await self._remote_free(cfg)
                 await new.start()
                 status, error = "ok", None
             except Exception as exc:  # noqa: BLE001 - any start failure is a failed switch
@@ -72,6 +77,23 @@ class Router:
             for t in backlog:
                 self._dispatch(t)
             return entry
+
+    def _remote(self, cfg: LayoutConfig):
+        return (self.opts.link, self.opts.model, self.max_context) if cfg.remote else None
+
+    async def _remote_free(self, cfg: LayoutConfig, timeout_s: float = 120.0) -> None:
+        """Remote workers serve one layout of one front at a time: a draining remote layout
+        finishes what it holds before a new one takes the workers."""
+        if not cfg.remote:
+            return
+        if self.active is not None and self.active.remote:
+            raise RuntimeError("the front already runs on its remote workers")
+        deadline = time.monotonic() + timeout_s
+        while any(i.remote for i in self.retired):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the remote workers are still finishing the last layout's "
+                                   "requests")
+            await asyncio.sleep(0.05)
 
     def _share(self, cfg: LayoutConfig) -> float | None:
         return None if cfg.layout == "monolithic" else cfg.prefill_share
@@ -98,7 +120,8 @@ class Router:
     def _retire(self, inst: LayoutInstance) -> None:
         inst.draining = True
         self.retired.append(inst)
-        inst.entry.send(("drain",))
+        for w in inst.entries():
+            w.send(("drain",))
         self._maybe_stop(inst)
 
     def _maybe_stop(self, inst: LayoutInstance) -> None:
@@ -130,7 +153,7 @@ class Router:
         self.admission.check(len(self.requests), waiting)
         self._arrived(t.rid, t.arrival_s, len(t.req.prompt_token_ids), t.req.max_tokens,
                       "admitted", None, waiting)
-        self.requests[t.rid] = t
+        self.requests[t.wid] = t
         self._dispatch(t)
 
     def reject(self, rid: str, arrival_s: float, exc: ApiError,
@@ -155,14 +178,29 @@ class Router:
         self.metrics.on_arrival()
 
     def _dispatch(self, t: Tracked) -> None:
-        inst = self.active
-        if inst is None or not inst.entry.alive:
+        """To the least loaded entry worker (and, cross, decode worker) of the active layout;
+        to the backlog while there is none (a layout starting or being replaced). A remote
+        layout missing every worker of a role answers 503 at once: none may come back."""
+        inst, entry, decode = self.active, None, None
+        if inst is not None:
+            self._turn += 1
+            entry = routing.least_loaded(inst, ("mixed", "prefill"), self.requests.values(),
+                                         self._turn)
+            if inst.is_split:
+                decode = routing.least_loaded(inst, ("decode",), self.requests.values(),
+                                              self._turn)
+        if entry is None or (inst.is_split and decode is None):
             t.layout = None
-            self.backlog.append(t)
+            if inst is not None and inst.remote:
+                role = "prefill" if entry is None else "decode"
+                self._finish(t, "error", http_status=503, error=f"no {role} worker reachable")
+            else:
+                self.backlog.append(t)
             return
-        t.layout, t.layout_name, t.owner = inst, inst.name, inst.entry.worker_id
+        t.layout, t.layout_name, t.owner = inst, inst.name, entry.worker_id
+        t.decode_id = decode.worker_id if decode else ""
         t.dispatch_s = t.dispatch_s or time.time()
-        if not inst.entry.send(("add", t.worker_request())):
+        if not entry.send(("add", t.worker_request(inst.decode_addr(decode) if decode else None))):
             t.layout = None
             self.backlog.append(t)
 
@@ -172,7 +210,7 @@ class Router:
             return
         w = t.layout.workers.get(t.owner) if t.layout else None
         if w is not None:
-            w.send(("abort", t.rid))
+            w.send(("abort", t.wid))
         if t in self.backlog:
             self.backlog.remove(t)
         self._finish(t, status, reason=reason)
@@ -180,7 +218,7 @@ class Router:
     def _finish(self, t: Tracked, status: str, reason: str | None = None,
                 http_status: int = 500, error: str | None = None) -> None:
         t.done, t.status, t.error = True, status, error
-        self.requests.pop(t.rid, None)
+        self.requests.pop(t.wid, None)
         t.events.put_nowait(("done", reason) if error is None else ("error", http_status, error))
         finish_s = time.time()
         record = tm.request_record(
@@ -189,7 +227,8 @@ class Router:
             token_times_s=t.token_times_s, dispatch_s=t.dispatch_s,
             prefill_start_s=t.prefill_start_s, prefill_end_s=t.prefill_end_s,
             kv_handoff_s=t.kv_handoff_s, kv_handoff_bytes=t.kv_handoff_bytes,
-            kv_recv_cpu_s=t.kv_recv_cpu_s, finish_s=finish_s, status=status, error=error)
+            kv_recv_cpu_s=t.kv_recv_cpu_s, kv_xfer_s=t.kv_xfer_s, finish_s=finish_s,
+            status=status, error=error)
         self.telemetry.add_request(record)
         self.metrics.on_finish(finish_s - t.arrival_s, status)
         if status in ("ok", "aborted"):
@@ -215,8 +254,10 @@ class Router:
                 return
             t.owner = w.worker_id
             t.kv_handoff_s, t.kv_handoff_bytes = msg[2]["kv_handoff_s"], msg[2]["kv_handoff_bytes"]
-            t.kv_recv_cpu_s = msg[2].get("kv_recv_cpu_s")
+            t.kv_recv_cpu_s, t.kv_xfer_s = msg[2].get("kv_recv_cpu_s"), msg[2].get("kv_xfer_s")
             self.metrics.on_handoff(t.kv_handoff_s)
+            if t.kv_xfer_s is not None:
+                self.metrics.on_kv_transfer(t.kv_xfer_s, t.kv_handoff_bytes or 0)
         elif kind == "error":
             t = self.requests.get(msg[1])
             if t is not None:
@@ -231,7 +272,12 @@ class Router:
         elif kind == "fatal":
             log.error("worker %s failed: %s", w.worker_id, msg[1].splitlines()[0])
         elif kind == "died":
-            self._on_died(inst, w, msg[1])
+            if inst.remote:
+                self._on_remote_lost(inst, w, msg[1])
+            else:
+                self._on_died(inst, w, msg[1])
+        elif kind == "rejoined":
+            log.info("worker %s (%s) is back in rotation", w.worker_id, w.spec.addr)
 
     def _on_step(self, inst, w, events, record, timings) -> None:
         now = time.time()
@@ -246,33 +292,59 @@ class Router:
                 if not finished:
                     w.send(("abort", rid))  # nobody is listening any more
                 continue
-            gap = now - t.token_times_s[-1] if t.token_times_s else None
-            if not t.token_times_s:
-                self.metrics.on_first_token(now - t.arrival_s, len(t.req.prompt_token_ids))
-                self.admission.on_first_token(t.arrival_s, now)
-            t.token_times_s.append(now)
-            self.metrics.on_token(gap)
-            t.events.put_nowait(("token", token_id, reason if finished else None))
-            if finished:
-                self._finish(t, "ok", reason=reason)
+            # The first token comes from the prefill worker, the rest from the decode worker,
+            # on other connections: a later one may arrive first, and waits for its turn.
+            t.early[index] = (token_id, finished, reason)
+            while not t.done and len(t.token_times_s) in t.early:
+                self._token(t, *t.early.pop(len(t.token_times_s)), now)
         self.telemetry.add_step(tm.step_record(self.run_id, self.host, inst.name,
                                                w.worker_id, record))
         self.metrics.on_step(record["num_prefill_tokens"] + record["num_decode_seqs"])
         if w.spec.role != "prefill" and record["kv_blocks_total"]:
             self.metrics.set_kv_usage(record["kv_blocks_used"] / record["kv_blocks_total"])
 
+    def _token(self, t: Tracked, token_id: int, finished: bool, reason, now: float) -> None:
+        gap = now - t.token_times_s[-1] if t.token_times_s else None
+        if not t.token_times_s:
+            self.metrics.on_first_token(now - t.arrival_s, len(t.req.prompt_token_ids))
+            self.admission.on_first_token(t.arrival_s, now)
+        t.token_times_s.append(now)
+        self.metrics.on_token(gap)
+        t.events.put_nowait(("token", token_id, reason if finished else None))
+        if finished:
+            self._finish(t, "ok", reason=reason)
+
     def _on_died(self, inst: LayoutInstance, w, reason: str) -> None:
+        """A worker the front started died: the layout is replaced (a fresh set of workers);
+        its requests that streamed nothing wait for the replacement, the rest end with 503."""
         log.error("%s", reason)
-        for t in list(self.requests.values()):
-            if t.layout is inst and (t.owner == w.worker_id or
-                                     (w.spec.role == "decode" and t.token_times_s)):
-                self._finish(t, "error", http_status=503, error=f"worker died: {reason}")
         if inst is self.active and not self.closing:
-            self.active = None
+            self.active = None  # first: what runs again waits for the replacement
             self._retire(inst)
             self._spawn(self._replace(inst.cfg))
-        else:
-            self._maybe_stop(inst)
+        self._rerun_or_fail(inst, w, f"worker died: {reason}")
+
+    def _on_remote_lost(self, inst: LayoutInstance, w, reason: str) -> None:
+        """A remote worker left: out of rotation (re-probed until it answers), its requests
+        that streamed nothing run again on the others, the rest end with 503."""
+        log.error("%s: out of rotation", reason)
+        self._rerun_or_fail(inst, w, f"worker lost: {reason}")
+        if not inst.stopped:
+            inst.reprobe(w)
+
+    def _rerun_or_fail(self, inst: LayoutInstance, w, error: str) -> None:
+        retry, fail = routing.after_loss(inst, w.worker_id, self.requests.values())
+        for t in fail:
+            self._finish(t, "error", http_status=503, error=error)
+        for t in retry:
+            owner = inst.workers.get(t.owner)
+            if owner is not None and owner is not w:
+                owner.send(("abort", t.wid))
+            self.requests.pop(t.wid, None)
+            t.attempt, t.layout, t.owner, t.decode_id = t.attempt + 1, None, "", ""
+            self.requests[t.wid] = t
+            self._dispatch(t)
+        self._maybe_stop(inst)
 
     async def _replace(self, cfg: LayoutConfig) -> None:
         try:
@@ -290,8 +362,9 @@ class Router:
                 continue
             for w in inst.workers.values():
                 out.append({"worker": w.worker_id, "role": w.spec.role, "layout": inst.name,
-                            "state": state, "pid": w.proc.pid, "alive": w.alive,
-                            "cores": list(w.spec.cores), "partition": w.info.get("partition")})
+                            "state": state, "pid": w.pid, "alive": w.alive,
+                            "cores": list(w.spec.cores), "partition": w.info.get("partition"),
+                            "addr": getattr(w.spec, "addr", None)})
         return out
 
     # ---- shutdown -----------------------------------------------------------------------

@@ -73,18 +73,20 @@ async def stream(request: web.Request, t: Tracked, router, model) -> web.StreamR
                                        "Cache-Control": "no-cache"})
     await resp.prepare(request)
     text, n, sent, req = StreamText(model.tokenizer, t.req.stop), 0, 0, t.req
+    ids: list[int] = []  # the tokens the next chunk's text comes from (return_token_ids)
     try:
         async for ev in _events(t):
             if ev[0] == "token":
                 out = text.chunk(ev[1], ev[2])
                 n += 1
+                ids.append(ev[1])
                 if out is None and req.continuous_usage:  # a chunk per token, its usage in it
                     out = ("", None)
                 if out is not None:  # else held back: the next chunk carries these bytes
                     await resp.write(_sse(oa.stream_chunk(
                         req, t.rid, model.name, *out, first=sent == 0,
-                        completion_tokens=n if req.continuous_usage else None)))
-                    sent += 1
+                        completion_tokens=n if req.continuous_usage else None, token_ids=ids)))
+                    sent, ids = sent + 1, []
                 if text.stopped and ev[2] is None:
                     router.abort(t, "ok", "stop")
                     break
@@ -107,6 +109,7 @@ async def stream(request: web.Request, t: Tracked, router, model) -> web.StreamR
 
 async def collect(t: Tracked, router, model) -> web.Response:
     text, n, reason = StreamText(model.tokenizer, t.req.stop), 0, None
+    ids: list[int] = []
     try:
         async for ev in _events(t):
             if ev[0] == "error":
@@ -115,6 +118,7 @@ async def collect(t: Tracked, router, model) -> web.Response:
                                          status=ev[1])
             if ev[0] == "token":
                 text.add(ev[1])
+                ids.append(ev[1])
                 n += 1
                 reason = ev[2]
                 if text.stopped and ev[2] is None:
@@ -125,4 +129,4 @@ async def collect(t: Tracked, router, model) -> web.Response:
         router.abort(t, "aborted")
         raise
     return web.json_response(oa.full_response(t.req, t.rid, model.name, text.text,
-                                              reason or "length", n))
+                                              reason or "length", n, ids))

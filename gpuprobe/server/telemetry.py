@@ -33,7 +33,8 @@ def request_record(run_id: str, host: str, model: str, layout: str, rid: str, *,
                    dispatch_s: float | None, prefill_start_s: float | None,
                    prefill_end_s: float | None, kv_handoff_s: float | None,
                    kv_handoff_bytes: int | None, finish_s: float, status: str,
-                   error: str | None, kv_recv_cpu_s: float | None = None) -> dict:
+                   error: str | None, kv_recv_cpu_s: float | None = None,
+                   kv_xfer_s: float | None = None) -> dict:
     """A `requests` row. Times are epoch seconds; token_times are offsets from arrival (s)."""
     first = token_times_s[0] if token_times_s else None
     gaps = np.diff(token_times_s) if len(token_times_s) > 1 else None
@@ -45,7 +46,7 @@ def request_record(run_id: str, host: str, model: str, layout: str, rid: str, *,
         ((dispatch_s - arrival_s) if dispatch_s else None),
         "prefill_start_s": prefill_start_s, "prefill_end_s": prefill_end_s,
         "kv_handoff_s": kv_handoff_s, "kv_handoff_bytes": kv_handoff_bytes,
-        "kv_recv_cpu_s": kv_recv_cpu_s,
+        "kv_recv_cpu_s": kv_recv_cpu_s, "kv_xfer_s": kv_xfer_s,
         "first_token_s": first, "ttft_s": (first - arrival_s) if first else None,
         "tbt_p50_s": float(np.percentile(gaps, 50)) if gaps is not None else None,
         "tbt_p99_s": float(np.percentile(gaps, 99)) if gaps is not None else None,

@@ -37,14 +37,31 @@ class WorkerLoop:
             block_size=spec.block_size, eos_token_id=info["eos_token_id"], role=spec.role)
         info["warmup_s"] = warm_up(self.runner, config)
         self.engine = LLMEngine(Scheduler(config), self.runner, clock=time.time)
-        self.handoff = make_handoff(spec, peer)
+        self.limits = _limits(self.runner, info["num_blocks"], spec.block_size)
+        self.handoff = make_handoff(spec, peer, spec.link, self.limits)
+        self.link_server = self._listen()
         self.requests: dict[str, dict] = {}  # rid -> request dict, while this worker holds it
         self.pending: list = []  # decode role: (seq, kv, meta) not yet admitted
         self.draining = False
         self.stopping = False
         conn.send(("ready", {**info, "pid": _pid(), "role": spec.role,
-                             "worker_id": spec.worker_id,
+                             "worker_id": spec.worker_id, "model": spec.model,
+                             "max_context": self.limits.max_context,
+                             "vocab_size": self.limits.vocab_size,
                              "handoff_addr": self.handoff.address if self.handoff else None}))
+
+    def _listen(self):
+        """A decode worker the front started for cross: its KV link, before it says ready
+        (a remote worker's link serves its control connection too: remote_worker.py)."""
+        if not (self.spec.handoff == "tcp" and self.spec.role == "decode"
+                and self.spec.listen_addr):
+            return None
+        from gpuprobe.server.link_server import LinkCounters, LinkServer
+
+        server = LinkServer(self.spec.listen_addr, self.spec.link, {"kv": self.handoff.serve},
+                            LinkCounters()).start()
+        self.handoff.address = server.address
+        return server
 
     @property
     def scheduler(self) -> Scheduler:
@@ -64,6 +81,8 @@ class WorkerLoop:
                 self._step()
         if self.handoff:
             self.handoff.close()
+        if self.link_server is not None:
+            self.link_server.close()
 
     def _busy(self) -> bool:
         return self.engine.has_unfinished() or bool(self.pending)
@@ -81,10 +100,18 @@ class WorkerLoop:
                 self._requeue_unstarted()
             elif kind == "stop":
                 self.stopping = True
-                for rid in list(self.requests):  # stop means abort what is left
-                    self.scheduler.abort(rid)
-                self.requests.clear()
-                self.pending.clear()
+                self._abort_all()  # stop means abort what is left
+            elif kind == "reset":
+                self._abort_all()
+                self.draining = False
+
+    def _abort_all(self) -> None:
+        for rid in list(self.requests):
+            self.scheduler.abort(rid)
+        for seq in list(self.scheduler.waiting) + list(self.scheduler.running):
+            self.scheduler.abort(seq.seq_id)  # a queued add the front no longer waits for
+        self.requests.clear()
+        self.pending.clear()
 
     def _add(self, req: dict) -> None:
         seq = Sequence(req["rid"], list(req["prompt"]), _params(req), req["arrival_s"])
@@ -140,7 +167,8 @@ class WorkerLoop:
             try:
                 self.handoff.send(meta, kv)
             except Exception as exc:  # noqa: BLE001 - the decode worker is gone: this request fails
-                self.conn.send(("error", seq.seq_id, f"KV handoff failed: {exc}"))
+                to = meta.get("decode_id") or "the decode worker"
+                self.conn.send(("error", seq.seq_id, f"KV handoff to {to} failed: {exc}"))
 
     def _admit_pending(self) -> None:
         still = []
@@ -149,18 +177,35 @@ class WorkerLoop:
                 continue
             seq = Sequence.from_prefilled(meta["rid"], list(meta["prompt"]), meta["first_token"],
                                           _params(meta), meta["arrival_s"])
-            if seq.is_finished or not self.scheduler.add_prefilled(seq):
-                still.append((meta, kv))
+            try:
+                if seq.is_finished or not self.scheduler.add_prefilled(seq):
+                    still.append((meta, kv))
+                    continue
+                self.runner.import_kv(seq, kv)
+            except ValueError as exc:  # a KV this worker cannot hold: that request fails
+                self.scheduler.abort(seq.seq_id)
+                self.handoff.release(meta)
+                self.conn.send(("error", meta["rid"], f"KV import failed: {exc}"))
                 continue
-            self.runner.import_kv(seq, kv)
             self.handoff.release(meta)
             done_s = time.time()
             self.requests[meta["rid"]] = meta
             self.conn.send(("adopted", meta["rid"], {
                 "kv_handoff_s": done_s - meta["handoff_start_s"],
                 "kv_handoff_bytes": meta.get("kv_bytes"),
-                "kv_recv_cpu_s": meta.get("kv_recv_cpu_s")}))
+                "kv_recv_cpu_s": meta.get("kv_recv_cpu_s"),
+                "kv_xfer_s": meta.get("kv_xfer_s")}))
         self.pending = still
+
+
+def _limits(runner, num_blocks: int, block_size: int):
+    """What this worker's link accepts: its model's vocabulary, context and KV layout."""
+    from gpuprobe.server.link_limits import limits_of
+
+    dtype = runner.kv_cache.dtype
+    return limits_of(runner.config, str(dtype).removeprefix("torch."),
+                     runner.kv_cache.element_size(),
+                     min(runner.config.max_seq_len, num_blocks * block_size))
 
 
 def _pid() -> int:

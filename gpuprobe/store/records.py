@@ -14,7 +14,7 @@ import pandas as pd
 REQUEST_COLUMNS = (
     "run_id", "source", "request_id", "host", "model", "layout", "workload",
     "arrival_s", "prompt_tokens", "output_tokens", "queue_s", "prefill_start_s", "prefill_end_s",
-    "kv_handoff_s", "kv_handoff_bytes", "kv_recv_cpu_s", "first_token_s", "ttft_s", "tbt_p50_s", "tbt_p99_s",
+    "kv_handoff_s", "kv_handoff_bytes", "kv_recv_cpu_s", "kv_xfer_s", "first_token_s", "ttft_s", "tbt_p50_s", "tbt_p99_s",
     "tbt_max_s", "finish_s", "e2e_s", "status", "error", "token_times",
 )
 STEP_COLUMNS = (

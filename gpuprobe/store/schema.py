@@ -173,11 +173,18 @@ CREATE TABLE locks (
 );
 """
 
-# Version 6: the reference server's arrivals, one row per request when it arrives (admitted,
+# Version 6: a cross request's KV transfer as the decode worker's receive thread saw it, first
+# byte to last (kv_handoff_s also holds the prefill worker's send and the decode worker's
+# admission): what vllm:nixl_xfer_time_seconds exports. NULL for other layouts, older rows.
+_V6 = """
+ALTER TABLE requests ADD COLUMN kv_xfer_s REAL;
+"""
+
+# Version 7: the reference server's arrivals, one row per request when it arrives (admitted,
 # or refused with the reason: context_length_exceeded, max_in_flight, ...), with what the
 # server held then. `requests` gets a request's row only when it ends, so a backlog was
 # invisible there until it cleared; here load shows as it comes.
-_V6 = """
+_V7 = """
 CREATE TABLE arrivals (
     pk INTEGER PRIMARY KEY, run_id TEXT NOT NULL DEFAULT '', source TEXT NOT NULL,
     host TEXT NOT NULL DEFAULT '', request_id TEXT NOT NULL, arrival_s REAL NOT NULL,
@@ -188,5 +195,5 @@ CREATE INDEX arrivals_by_time ON arrivals (arrival_s);
 """
 
 ROLLUP_S = 10.0
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)

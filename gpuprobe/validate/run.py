@@ -53,7 +53,7 @@ class ValidateOptions:
     rate_rps: float | None = None
     limit: int = 300
     token_scale: float = 0.1
-    slo: Slo = Slo(ttft_s=0.5, tbt_s=0.05)
+    slo: Slo = Slo(ttft_s=0.5, tpot_s=0.05)
     prefill_share: float = 0.5
     device: str = "cpu"       # the server's --device (cpu | cuda)
     server_opts: tuple = ()   # extra start_server keyword pairs
@@ -69,9 +69,10 @@ class ValidateOptions:
 
 def prepare_workload(wl: pd.DataFrame, limit: int, token_scale: float, max_len: int) -> pd.DataFrame:
     """First `limit` requests, lengths scaled and clipped so prompt + output fits the model."""
+    from gpuprobe.workloads.loading import by_arrival
     from gpuprobe.workloads.replay import scaled_lengths
 
-    wl = wl.sort_values("arrival_s", kind="stable").iloc[:limit]
+    wl = by_arrival(wl).iloc[:limit]
     if len(wl) < 2:
         raise UserError(f"workload has {len(wl)} request(s); validate needs at least 2")
     p, o = scaled_lengths(wl, token_scale)

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import UserError
+from gpuprobe.units import whole_buckets
 from gpuprobe.workloads.changepoints import change_points
 
 DEFAULT_DECODE_TBT_S = 0.030
@@ -82,6 +83,21 @@ def _bucket_table(df: pd.DataFrame, bucket_s: float, tbt_s: float) -> pd.DataFra
     return table
 
 
+def _whole(table: pd.DataFrame, df: pd.DataFrame, bucket_s: float) -> tuple[pd.DataFrame, dict]:
+    """The table without its last bucket when the workload ends inside it (its rate over the whole
+    bucket would read low: 21.7 s of requests divided by 60), and the seconds left out. A workload
+    shorter than one bucket keeps its one bucket."""
+    none = {"tail_s_not_bucketed": 0.0, "tail_requests_not_bucketed": 0}
+    if len(table) < 2:
+        return table, none
+    last = float(df["arrival_s"].max())
+    end = float(table["start_s"].iloc[-1])
+    if whole_buckets(last, bucket_s) * bucket_s > end:  # the last bucket is whole
+        return table, none
+    return table.iloc[:-1].reset_index(drop=True), {
+        "tail_s_not_bucketed": last - end, "tail_requests_not_bucketed": int(table["num_requests"].iloc[-1])}
+
+
 def _check_buckets(arrival_s: np.ndarray, bucket_s: float) -> None:
     """Refuse more than MAX_BUCKETS buckets (there are at most span / bucket_s + 2)."""
     span = float(arrival_s.max() - arrival_s.min()) if arrival_s.size else 0.0
@@ -97,7 +113,7 @@ def analyze(df: pd.DataFrame, bucket_s: float = 10.0, decode_tbt_s: float | None
         raise ValueError("bucket_s must be positive")
     tbt = DEFAULT_DECODE_TBT_S if decode_tbt_s is None else decode_tbt_s
     _check_buckets(df["arrival_s"].to_numpy(dtype=float), bucket_s)
-    table = _bucket_table(df, bucket_s, tbt)
+    table, tail = _whole(_bucket_table(df, bucket_s, tbt), df, bucket_s)
     share = table["prefill_token_share"]
     valid = share.notna().to_numpy()
     cps = [float(table["start_s"].to_numpy()[valid][i]) for i in change_points(share.to_numpy()[valid])]
@@ -113,5 +129,6 @@ def analyze(df: pd.DataFrame, bucket_s: float = 10.0, decode_tbt_s: float | None
         "concurrent_decodes_est_mean": float(table["concurrent_decodes_est"].mean()) if len(table) else 0.0,
         "concurrent_decodes_est_max": float(table["concurrent_decodes_est"].max()) if len(table) else 0.0,
         "prefix_block_reuse": prefix_reuse(hashes),
-        "prefix_block_tokens": BLOCK_TOKENS}
+        "prefix_block_tokens": BLOCK_TOKENS,
+        **tail}
     return MixAnalysis(table, summary, cps)

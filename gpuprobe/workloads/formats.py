@@ -5,7 +5,8 @@ auto looks at the first bytes (SQLite store), the CSV header or the first JSON l
   burstgpt  CSV with Timestamp, Request tokens, Response tokens
   mooncake  JSONL with timestamp, input_length, output_length
   recorded  a gpuprobe store file, or CSV/JSONL with arrival_s, prompt_tokens, output_tokens
-  csv       any CSV/JSONL with --map (never guessed without --map)
+  csv       CSV/JSONL with timestamp, prompt_tokens, output_tokens (gpuprobe's own names), or any
+            columns named with --map
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ _MODULES = {"azure": "azure", "burstgpt": "burstgpt", "mooncake": "mooncake", "r
 _SIGNATURES = (("azure", {"timestamp", "contexttokens", "generatedtokens"}),
                ("burstgpt", {"timestamp", "request tokens", "response tokens"}),
                ("mooncake", {"timestamp", "input_length", "output_length"}),
-               ("recorded", {"arrival_s", "prompt_tokens", "output_tokens"}))
+               ("recorded", {"arrival_s", "prompt_tokens", "output_tokens"}),
+               ("csv", {"timestamp", "prompt_tokens", "output_tokens"}))
 
 
 def importer(fmt: str):
@@ -54,6 +56,7 @@ def detect(path, has_map: bool = False) -> str:
         if needed <= keys:
             return fmt
     shown = ", ".join(sorted(keys))[:160] or "none"
-    raise UserError(f"{path}: unknown trace format (tried azure, burstgpt, mooncake, recorded; columns found: "
-                    f"{shown}); for other columns use --format csv --map timestamp=COL,prompt_tokens=COL,"
-                    f"output_tokens=COL")
+    raise UserError(f"{path}: unknown trace format (tried azure, burstgpt, mooncake, recorded, and columns "
+                    f"timestamp, prompt_tokens, output_tokens; columns found: {shown}): rename the columns "
+                    f"to those three, or `gpuprobe import {path} --format csv --map timestamp=COL,"
+                    f"prompt_tokens=COL,output_tokens=COL --name NAME` and use NAME")

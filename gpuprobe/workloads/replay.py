@@ -142,8 +142,8 @@ def replay(workload_df: pd.DataFrame, target_url: str, *, speed: float = 1.0, to
     """
     if speed <= 0 or token_scale <= 0:
         raise ValueError("speed and token_scale must be positive")
-    df = workload_df.sort_values("arrival_s", kind="stable").iloc[:limit] if limit else \
-        workload_df.sort_values("arrival_s", kind="stable")
+    from gpuprobe.workloads.loading import by_arrival
+    df = by_arrival(workload_df).iloc[:limit or None]  # a loaded workload is in order already
     run_id = run_id or f"replay-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     cfg = dict(speed=speed, token_scale=token_scale, max_concurrency=max_concurrency, model=model, vocab=vocab,
                run_id=run_id, workload=workload, drain_s=drain_s, request_timeout_s=request_timeout_s, seed=seed)

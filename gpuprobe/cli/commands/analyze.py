@@ -63,6 +63,7 @@ def run(args) -> int:
 
 
 def _from_source(args, bucket_s: float, tbt_s: float):
+    from gpuprobe.errors import UserError
     from gpuprobe.sources import open_source, time_range
     from gpuprobe.sources.prom_mix import bucket_mix, mix_change_points, summary
     from gpuprobe.workloads.analyze import MixAnalysis

@@ -16,7 +16,7 @@ def add_arguments(p) -> None:
     p.add_argument("--admin-token-file", metavar="FILE", help="bearer token (else $GPUPROBE_ADMIN_TOKEN)")
     p.add_argument("--interval", default="30s", help="time between decisions (default 30s)")
     p.add_argument("--window", default=None, help="how far back each decision reads (default: one interval)")
-    p.add_argument("--slo", default=None, help="a preset (chat, code, summarize, batch) or 'ttft_p99=2s,tbt_p99=100ms,attain=0.9' (default chat)")
+    p.add_argument("--slo", default=None, help="a preset (chat, code, summarize, batch) or 'ttft_p99=2s,tpot_p90=100ms,itl_p99=200ms,attain=0.9' (default chat)")
     p.add_argument("--candidates", choices=["all", "window"], default="all",
                    help="all: recommend's full search each interval (needs a window of many requests); "
                         "window: the three default layouts at the window's own rate (intervals of seconds)")
@@ -44,7 +44,7 @@ def run(args) -> int:
     from gpuprobe.autopilot.inputs import parse_slo
     from gpuprobe.autopilot.loop import Autopilot, AutopilotConfig
     from gpuprobe.autopilot.policy import PolicyConfig
-    from gpuprobe.autopilot.target import Target
+    from gpuprobe.decide.admin_client import AdminClient
     from gpuprobe.errors import UserError
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.server.admin import load_token
@@ -74,7 +74,8 @@ def run(args) -> int:
         timer.daemon = True
         timer.start()
     with Store.open(args.store) as store:
-        ap = Autopilot(store, Target(args.target, token), profile, slo, cfg,
+        admin = AdminClient(args.target, token, timeout_s=5.0, switch_timeout_s=180.0)
+        ap = Autopilot(store, admin, profile, slo, cfg,
                        say=lambda line: print(line, flush=True))
         try:
             n = ap.run(stop)

@@ -75,7 +75,7 @@ def _profile_and_slo(args) -> tuple:
 def _recommend(args, src, start: float, end: float, hosts, profile, slo) -> dict:
     import sys
 
-    from gpuprobe.sources.fleet_decide import group_recommendations
+    from gpuprobe.decide.fleet import group_recommendations
 
     say = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     return group_recommendations(src, start, end, hosts, args.by, profile, slo, progress=say)

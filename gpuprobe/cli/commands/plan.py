@@ -33,21 +33,21 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from gpuprobe.decide.plans import build_plan, write_plan
-    from gpuprobe.decide.rec_params import load_recommendation, target_of
+    from gpuprobe.decide.recommendation import load_recommendation
     from gpuprobe.errors import UserError
     from gpuprobe.store import Store
 
     with Store.open(args.store, read_only=True) as store:
-        t = target_of(load_recommendation(store, args.recommendation))
-    model = args.model or t.model
+        rec = load_recommendation(store, args.recommendation)
+    model = args.model or rec.model
     if not model:
-        raise UserError(f"recommendation {t.rec_id} names no model: give --model NAME")
-    plan = build_plan(t, args.engine, model, args.target, args.total_sms)
+        raise UserError(f"recommendation {rec.id} names no model: give --model NAME")
+    plan = build_plan(rec, args.engine, model, args.target, args.total_sms)
     try:
         paths = write_plan(plan, args.out)
     except OSError as exc:
         raise UserError(f"--out {args.out}: cannot write there ({exc.strerror})") from None
-    print(f"plan for recommendation {t.rec_id} ({t.layout}) on {plan.engine} {plan.version}: "
+    print(f"plan for recommendation {rec.id} ({rec.layout}) on {plan.engine} {plan.version}: "
           f"{plan.summary}")
     for line in plan.setup:
         print(f"  {line}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuprobe.cli.argtypes import http_url, positive_int
+from gpuprobe.cli.argtypes import http_url, positive_int, share_of_whole
 
 NAME = "profile"
 HELP = "measure or derive the cost model (prefill/decode step curves, overheads) into a JSON profile"
@@ -12,7 +12,9 @@ MAX_PROMPT = 1024
 MAX_BATCH = 64  # the calibration's largest decode burst by default (calibrate.DECODE_BATCHES)
 # The flags that apply to one source only; given with another, they are refused.
 MODE_FLAGS = {"target": ("layout", "max_prompt", "max_batch", "vocab"), "from_store": ("run",),
-              "spec": ("model_shape", "prefill_gpu", "decode_gpu")}
+              "spec": ("model_shape", "prefill_gpu", "decode_gpu", "engine", "engine_version",
+                       "tp", "prefill_tp", "decode_tp", "gpu_memory_utilization")}
+ENGINES = ("vllm", "sglang", "trtllm")
 
 
 def add_arguments(p) -> None:
@@ -20,7 +22,11 @@ def add_arguments(p) -> None:
     src.add_argument("--target", type=http_url, metavar="URL",
                      help="live OpenAI-compatible server to calibrate, e.g. http://127.0.0.1:8000")
     src.add_argument("--from-store", action="store_true", help="fit from the store's step records")
-    src.add_argument("--spec", metavar="GPU", help="roofline from a datasheet: h200, h100, a100, l40s")
+    src.add_argument("--spec", metavar="GPU",
+                     help="a GPU's step costs without a server: h200, h100, a100, l40s, b200, or "
+                          "an AIConfigurator system (h200_sxm, gb200, ...); from measured "
+                          "silicon data where `gpuprobe[silicon]` has the GPU and --engine, else "
+                          "the datasheet roofline (the output says which)")
     p.add_argument("--run", metavar="RUN_ID", help="--from-store: only this server run")
     p.add_argument("--layout", choices=["monolithic", "intra", "cross"],
                    help="--target: the layout the server runs (names the fitted workers; "
@@ -36,7 +42,24 @@ def add_arguments(p) -> None:
                         f"extrapolated")
     p.add_argument("--vocab", type=positive_int, metavar="N",
                    help="--target: token ids below this (default: ask the server)")
-    p.add_argument("--model-shape", help="--spec: model shape (default llama3-8b)")
+    p.add_argument("--model-shape", help="--spec: model shape: llama3-8b (Llama-3.1-8B, the "
+                                         "default) or llama3-70b")
+    p.add_argument("--engine", choices=(*ENGINES, "roofline"), default=None,
+                   help="--spec: the engine whose measured kernel timings to use (default vllm); "
+                        "roofline: the datasheet model even where data exists")
+    p.add_argument("--engine-version", metavar="V",
+                   help="--spec: that engine's data version (default the newest the data has)")
+    p.add_argument("--tp", type=positive_int, metavar="N",
+                   help="--spec: tensor-parallel devices per worker (default 1): the step adds "
+                        "two all-reduces per layer, weights and KV cache split N ways")
+    p.add_argument("--prefill-tp", type=positive_int, metavar="N",
+                   help="--spec: TP of cross's prefill workers (default --tp)")
+    p.add_argument("--decode-tp", type=positive_int, metavar="N",
+                   help="--spec: TP of cross's decode workers (default --tp)")
+    p.add_argument("--gpu-memory-utilization", type=share_of_whole, metavar="F",
+                   help="--spec: share of each device's memory the engine may take, as vLLM's "
+                        "flag (default 0.9); the KV cache gets what weights and activations "
+                        "leave of it, and a model that does not fit is refused")
     p.add_argument("--prefill-gpu", default=None, help="--spec: GPU for cross-layout prefill")
     p.add_argument("--decode-gpu", default=None, help="--spec: GPU for cross-layout decode")
     p.add_argument("--out", default="profile.json", help="where to write the profile (default profile.json)")
@@ -59,10 +82,7 @@ def _build(args):
     from gpuprobe.perf import profile as prof
 
     if args.spec:
-        from gpuprobe.perf.roofline import roofline_profile
-
-        return roofline_profile(args.model_shape or "llama3-8b", args.spec, args.prefill_gpu,
-                                args.decode_gpu)
+        return _spec(args)
     if args.from_store:
         from gpuprobe.store import Store
 
@@ -102,6 +122,37 @@ def _build(args):
     return profile
 
 
+def _spec(args):
+    from gpuprobe.perf.memory import DEFAULT_GPU_MEMORY_UTILIZATION
+    from gpuprobe.perf.silicon_profile import spec_profile
+
+    engine = args.engine or "vllm"
+    kw = dict(tp=args.tp or 1, prefill_gpu=args.prefill_gpu, decode_gpu=args.decode_gpu,
+              prefill_tp=args.prefill_tp, decode_tp=args.decode_tp,
+              gpu_memory_utilization=args.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION)
+    if engine != "roofline":
+        kw["version"] = args.engine_version
+    return spec_profile(args.model_shape or "llama3-8b", args.spec,
+                        None if engine == "roofline" else engine, **kw)
+
+
+def _summary(args, profile, conf: dict) -> dict:
+    """What the command prints: where the curves came from, and for a --spec profile each
+    worker's TP and the KV tokens its memory holds."""
+    out = {"out": args.out, "workers": sorted(profile.workers), "confidence": conf["level"],
+           "reasons": conf["reasons"], "origins": conf["origins"]}
+    meta = profile.meta or {}
+    if args.spec:
+        out["source"] = meta.get("source")
+        if meta.get("silicon"):
+            out["silicon"] = meta["silicon"]["monolithic"]
+        if meta.get("fallback"):
+            out["fallback"] = meta["fallback"]
+        out["workers_tp"] = {k: w.tp for k, w in profile.workers.items()}
+        out["max_kv_tokens"] = {k: w.max_kv_tokens for k, w in profile.workers.items()}
+    return out
+
+
 def run(args) -> int:
     from gpuprobe.perf.profile import write_atomic
 
@@ -115,6 +166,5 @@ def run(args) -> int:
             store.save_profile(args.name, profile.to_dict(), target=args.target)
     conf = profile.confidence(tuple({"monolithic" if k == "monolithic" else k.split(".")[0]
                                      for k in profile.workers}))
-    print(json.dumps({"out": args.out, "workers": sorted(profile.workers),
-                      "confidence": conf["level"], "reasons": conf["reasons"]}))
+    print(json.dumps(_summary(args, profile, conf)))
     return 0

@@ -1,7 +1,6 @@
 """`gpuprobe recommend`: which layout to run for a workload, with reasons, margin, confidence."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 
@@ -17,12 +16,13 @@ def add_arguments(p) -> None:
                    help="stored workload, trace file, or azure-conv / azure-code (bundled)")
     p.add_argument("--profile", metavar="FILE", help="profile JSON (gpuprobe profile)")
     p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
-                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tbt_p99=100ms,attain=0.9 "
+                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tpot_p90=100ms,attain=0.9 "
                         "(default chat)")
     p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
                    help="TTFT target, s (overrides --slo's)")
-    p.add_argument("--slo-tbt", type=positive_float, default=None, metavar="S",
-                   help="per-request mean TBT target, s (overrides --slo's)")
+    p.add_argument("--slo-tpot", "--slo-tbt", dest="slo_tbt", type=positive_float, default=None,
+                   metavar="S", help="TPOT target: each request's mean time per output token, "
+                                     "s (overrides --slo's; --slo-tbt: older name)")
     p.add_argument("--devices", type=nonneg_int, default=2, metavar="N",
                    help="devices the deployment has; cross xPyD fits within them (default 2)")
     p.add_argument("--layouts", default="monolithic,intra,cross",
@@ -67,12 +67,12 @@ def run(args) -> int:
                         "rates a Prometheus holds)")
     if not args.profile or not (args.workload or args.source):
         raise UserError("recommend needs --profile and one of --workload or --source (or --check ID)")
-    from gpuprobe.cli.commands.validate import load_named_workload
-    from gpuprobe.decide.recommend import base_rate, prepare, recommend, scale_workload
+    from gpuprobe.decide.decision import DecisionOptions, WhatIf, run_decision
+    from gpuprobe.decide.recommendation import dumps
     from gpuprobe.decide.slo import slo_from_flags
-    from gpuprobe.decide.store import dumps, save_recommendation
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.store import Store
+    from gpuprobe.workloads.loading import load_named_workload
 
     slo = slo_from_flags(args.slo, args.slo_ttft, args.slo_tbt)
     layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
@@ -80,29 +80,17 @@ def run(args) -> int:
         raise UserError("--layouts: choose from monolithic, intra, cross")
     profile = load_profile(args.profile)
     wl = _source_workload(args) if args.source else load_named_workload(args.store, args.workload)
-    rate_scale = args.rate_scale
-    if args.rate is not None:
-        rate_scale *= args.rate / base_rate(prepare(wl.iloc[: args.limit]))
-    wl = scale_workload(wl, rate_scale, args.prompt_scale, args.token_scale, args.limit)
-    forecast = None
-    if args.forecast or args.forecast_file:
-        from gpuprobe.decide.forecast_workload import workload_from_forecast
-        forecast = _forecast(args, wl)
-        wl = workload_from_forecast(wl, forecast, seed=args.seed)
+    opts = DecisionOptions(
+        max_devices=args.devices, layouts=layouts, link=args.link,
+        cost_per_device_hour=args.cost_per_device_hour, seed=args.seed,
+        what_if=WhatIf(args.rate, args.rate_scale, args.prompt_scale, args.token_scale, args.limit),
+        forecast=_forecast_file(args.forecast_file) if args.forecast_file else None,
+        fit_forecast=_fit_forecast(args) if args.forecast and not args.forecast_file else None)
+    progress = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     with Store.open(args.store) as store:
-        progress = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
-        rec = recommend(wl, profile, slo, devices=args.devices, link=args.link,
-                        cost_per_device_hour=args.cost_per_device_hour, evidence_store=store,
-                        progress=progress, layouts=layouts, seed=args.seed,
-                        workload_name=args.workload or f"{args.source} {args.group or ''}".strip())
-        if forecast is not None:
-            from gpuprobe.decide.forecast_outlook import outlook
-            rec["forecast"] = outlook(wl, forecast, profile, slo, rec, args.seed)
-        save_recommendation(store, rec)
-    if args.json:
-        print(dumps(rec))
-        return 0
-    print(render(rec))
+        rec = run_decision(wl, profile, slo, opts, store, progress=progress,
+                           workload_name=args.workload or f"{args.source} {args.group or ''}".strip())
+    print(dumps(rec) if args.json else render(rec))
     return 0
 
 
@@ -131,33 +119,31 @@ def _source_workload(args):
     return workload_from_rates(mix, bucket_s, *hists, seed=args.seed)
 
 
-def _forecast(args, wl) -> dict:
+def _forecast_file(path: str) -> dict:
+    from gpuprobe.decide.forecast_workload import check_forecast
     from gpuprobe.errors import UserError
-    if args.forecast_file:
-        from gpuprobe.decide.forecast_workload import check_forecast
-        try:
-            with open(args.forecast_file) as f:
-                forecast = json.load(f)
-            check_forecast(forecast)
-        except (OSError, ValueError, UserError) as e:
-            raise UserError(f"--forecast-file {args.forecast_file}: {e}") from None
-        return forecast
-    if importlib.util.find_spec("gpuprobe.forecast") is None:
-        raise UserError("--forecast: this build has no forecaster (gpuprobe.forecast); "
-                        "pass --forecast-file from `gpuprobe forecast --json`")
-    from gpuprobe.forecast import forecast_workload
+    try:
+        with open(path) as f:
+            forecast = json.load(f)
+        check_forecast(forecast)
+    except (OSError, ValueError, UserError) as e:
+        raise UserError(f"--forecast-file {path}: {e}") from None
+    return forecast
+
+
+def _fit_forecast(args) -> tuple[float, float]:
     from gpuprobe.units import parse_duration
-    bucket_s, horizon_s = parse_duration(args.bucket, "--bucket"), parse_duration(args.horizon, "--horizon")
-    return forecast_workload(wl, bucket_s, horizon_s, None,
-                             ("prefill_tokens_per_s", "decode_tokens_per_s", "requests_per_s"))
+    return parse_duration(args.bucket, "--bucket"), parse_duration(args.horizon, "--horizon")
 
 
-def render(rec: dict) -> str:
-    """The human form: the decision, the candidate table, margin, confidence, reasons, id."""
-    lines = [rec["decision"], "",
+def render(rec) -> str:
+    """The human form of a Recommendation: the decision, the candidate table, margin,
+    confidence, reasons, id."""
+    priced = rec.cost_per_device_hour is not None
+    lines = [rec.decision, "",
              f"{'candidate':<26} {'goodput/dev':>11} {'bracket':>15} {'TTFT p99':>9} {'TBT p99':>9} "
-             f"{'at offered: met':>16}" + ("  $/Mtok" if "cost_per_device_hour" in rec else "")]
-    for r in rec["candidates"]:
+             f"{'at offered: met':>16}" + ("  $/Mtok" if priced else "")]
+    for r in rec.candidates:
         a, o = r["at_goodput"], r.get("at_offered")
         hi = r["goodput_bracket_rps_per_device"][1]
         br = f"{r['max_goodput_rps_per_device']:.3g}-{hi:.3g}" if hi else "-"
@@ -166,17 +152,16 @@ def render(rec: dict) -> str:
         lines.append(f"{r['label']:<26} {r['max_goodput_rps_per_device']:>11.3g} {br:>15} "
                      f"{_s(a.get('ttft_p99_s')):>9} {_s(a.get('tbt_p99_s')):>9} {met:>16}"
                      + (f"  {cost:.3g}" if cost else ""))
-    m = rec["margin"]
-    lines += ["", f"margin over {rec['runner_up']}: {m:+.1%}" if m is not None else "margin: none (one candidate)",
-              f"confidence: {rec['confidence']['word']} ({rec['confidence']['value']:.2f}; "
-              f"{rec['confidence']['basis']})", "reasons:"]
-    lines += [f"  - {r['text']}" for r in rec["reasons"]]
-    if rec.get("forecast"):
-        lines += ["forecast:", *(f"  {x}" for x in rec["forecast"]["lines"])]
-    s = rec["search"]
+    m, c = rec.margin, rec.confidence
+    lines += ["", f"margin over {rec.runner_up}: {m:+.1%}" if m is not None else "margin: none (one candidate)",
+              f"confidence: {c.word} ({c.value:.2f}; {c.basis})", "reasons:"]
+    lines += [f"  - {r['text']}" for r in rec.reasons]
+    if rec.forecast:
+        lines += ["forecast:", *(f"  {x}" for x in rec.forecast["lines"])]
+    s = rec.search
     lines.append(f"searched {s['candidates']} candidates, {s['simulations']} simulations on "
                  f"samples of up to {s['sample_requests']} requests, {s['seconds']:.1f} s; stored as "
-                 f"recommendation {rec.get('id')}")
+                 f"recommendation {rec.id}")
     return "\n".join(lines)
 
 

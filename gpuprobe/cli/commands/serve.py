@@ -1,7 +1,7 @@
 """`gpuprobe serve`: the reference server (OpenAI API) in a monolithic, intra or cross layout."""
 from __future__ import annotations
 
-from gpuprobe.cli.argtypes import fraction, nonneg_int, port, positive_int
+from gpuprobe.cli.argtypes import fraction, host_port_list, nonneg_int, port, positive_int
 
 NAME = "serve"
 HELP = "run the reference LLM server (OpenAI-compatible API) in a chosen layout"
@@ -30,7 +30,18 @@ def add_arguments(p) -> None:
     p.add_argument("--kv-cache-mb", type=positive_int, default=256,
                    help="KV cache per worker, MiB (default 256)")
     p.add_argument("--cross-decode-addr", default=None, metavar="HOST:PORT",
-                   help="cross: where the decode worker listens for KV (default 127.0.0.1:free)")
+                   help="local cross: where the decode worker the front starts listens for KV "
+                        "(default 127.0.0.1 and a free port)")
+    p.add_argument("--prefill-workers", type=host_port_list, default=(), metavar="A,B",
+                   help="`gpuprobe worker --role prefill` link addresses the cross layout "
+                        "routes to (with --decode-workers and --link-secret-file)")
+    p.add_argument("--decode-workers", type=host_port_list, default=(), metavar="C,D",
+                   help="`gpuprobe worker --role decode` link addresses")
+    p.add_argument("--link-secret-file", default=None, metavar="FILE",
+                   help="the secret the remote workers share (at least 16 characters)")
+    p.add_argument("--link-tls-ca", default=None, metavar="FILE",
+                   help="the workers serve their link over TLS with certificates this CA (or "
+                        "self-signed certificate) signs")
     p.add_argument("--grace", default="10s", help="on SIGTERM, how long in-flight requests get")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -50,12 +61,34 @@ def options_from_args(args):
     ring_mb()  # a malformed GPUPROBE_KV_RING_MB stops here, not in a layout switch later
     from gpuprobe.units import parse_duration
 
-    layout = LayoutConfig(args.layout, args.prefill_share, args.chunked_prefill_tokens)
+    link = _remote_link(args)
+    remote = args.layout == "cross" and bool(args.prefill_workers)
+    layout = LayoutConfig(args.layout, args.prefill_share, args.chunked_prefill_tokens,
+                          num_prefill=len(args.prefill_workers) if remote else 1,
+                          num_decode=len(args.decode_workers) if remote else 1, remote=remote)
     opts = ServeOptions(model=args.model, device=args.device, max_num_seqs=args.max_num_seqs,
                         max_queue=args.max_queue, kv_cache_mb=args.kv_cache_mb,
                         max_queue_wait_s=parse_duration(args.max_queue_wait, "--max-queue-wait"),
-                        cross_decode_addr=args.cross_decode_addr)
+                        cross_decode_addr=args.cross_decode_addr,
+                        prefill_workers=args.prefill_workers,
+                        decode_workers=args.decode_workers, link=link)
     return opts, layout
+
+
+def _remote_link(args):
+    """The LinkConfig for --prefill-workers/--decode-workers, or None without them."""
+    from gpuprobe.errors import UserError
+    from gpuprobe.server.link_auth import load_link_config
+
+    if bool(args.prefill_workers) != bool(args.decode_workers):
+        raise UserError("--prefill-workers and --decode-workers go together (at least one "
+                        "worker of each role)")
+    if not args.prefill_workers:
+        if args.link_secret_file or args.link_tls_ca:
+            raise UserError("--link-secret-file and --link-tls-ca are for remote workers: "
+                            "give --prefill-workers and --decode-workers")
+        return None
+    return load_link_config(args.link_secret_file, ca=args.link_tls_ca)
 
 
 def require_device(device: str) -> None:

@@ -20,12 +20,13 @@ def add_arguments(p) -> None:
     p.add_argument("--speed", type=positive_float, default=1.0,
                    help="arrival rate multiplier (default 1)")
     p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
-                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tbt=100ms,attain=0.9 "
+                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tpot=100ms,attain=0.9 "
                         "(default chat: TTFT 2 s, TBT 0.1 s, 90%%)")
     p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
                    help="TTFT SLO, s (default 2), overriding --slo's")
-    p.add_argument("--slo-tbt", type=positive_float, default=None, metavar="S",
-                   help="per-request mean TBT SLO, s (default 0.1), overriding --slo's")
+    p.add_argument("--slo-tpot", "--slo-tbt", dest="slo_tbt", type=positive_float, default=None,
+                   metavar="S", help="TPOT SLO: each request's mean time per output token, s "
+                                     "(default 0.1), overriding --slo's (--slo-tbt: older name)")
     p.add_argument("--token-scale", type=positive_float, default=1.0, metavar="F",
                    help="scale prompt and output lengths (default 1)")
     p.add_argument("--max-num-seqs", type=positive_int, default=None, metavar="N",
@@ -33,7 +34,8 @@ def add_arguments(p) -> None:
                         "servers' own (default 256)")
     p.add_argument("--num-blocks", type=positive_int, default=None, metavar="N",
                    help="KV blocks of 16 tokens per worker; a profile validate wrote brings its "
-                        "servers' own (default 40000)")
+                        "servers' own, a --spec profile what its workers' memory holds "
+                        "(else 40000)")
     p.add_argument("--seed", type=nonneg_int, default=0,
                    help="seed of the step-time noise a measured profile carries (default 0; "
                         "the same seed gives the same result)")
@@ -45,40 +47,45 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from gpuprobe.cli.commands.validate import load_named_workload
     from gpuprobe.engine.scheduler import SchedulerConfig
     from gpuprobe.errors import UserError
     from gpuprobe.decide.candidates import Candidate
     from gpuprobe.decide.rank import rank
-    from gpuprobe.decide.recommend import prepare, scale_workload
+    from gpuprobe.decide.decision import WhatIf, scale_workload
     from gpuprobe.decide.search import search_candidates
     from gpuprobe.decide.slo import slo_from_flags
     from gpuprobe.perf.metrics import AGG_METRICS, best_note, pick_best
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.perf.predict import predict
     from gpuprobe.perf.sim_layouts import LAYOUTS
+    from gpuprobe.workloads.loading import as_workload, load_named_workload
 
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
     if not layouts or any(x not in LAYOUTS for x in layouts):
         raise UserError(f"--layouts: choose from {', '.join(LAYOUTS)}")
     profile = load_profile(args.profile)
     wl = load_named_workload(args.store, args.workload)
-    wl = prepare(scale_workload(wl, args.speed, token_scale=args.token_scale, limit=args.limit))
-    cfg = _config(profile, wl, args, SchedulerConfig)
+    wl = scale_workload(as_workload(wl), WhatIf(rate_scale=args.speed, token_scale=args.token_scale,
+                                                limit=args.limit))
+    cfgs = {x: _config(profile, wl, args, SchedulerConfig, x) for x in layouts}
     slo = slo_from_flags(args.slo, args.slo_ttft, args.slo_tbt)
     # one prediction path (perf/predict.py); simulate has no host effects to apply
-    out = {x: predict(wl, profile, x, slo, cfg, args.seeds, args.seed) for x in layouts}
+    out = {x: predict(wl, profile, x, slo, cfgs[x], args.seeds, args.seed) for x in layouts}
+    cfg = cfgs[layouts[0]]
+    limits = {"max_num_seqs": cfg.mixed.max_num_seqs}
+    if args.num_blocks:  # else each candidate's workers hold what the profile says
+        limits["num_blocks"] = args.num_blocks
     # The searched goodput (DistServe's) beside the offered-rate figures, and the pick by the
     # one ranking rule recommend uses (gpuprobe.decide.rank).
     cands = [Candidate(x, prefill_share=profile.prefill_share if x == "intra" else None)
              for x in layouts]
     rows = search_candidates(wl, profile, cands, slo, seed=args.seed,
-                             limits={"max_num_seqs": cfg.mixed.max_num_seqs, "num_blocks": cfg.mixed.num_blocks})
+                             limits=limits)
     for x, r in zip(layouts, rows):
         out[x]["max_goodput_rps_per_device"] = r["max_goodput_rps_per_device"]
     ranked = rank(rows)
     best = ranked[0]["layout"] if ranked[0]["meets_slo"] else None
-    notes = [_unserved(x, s, cfg.mixed.num_blocks) for x, s in out.items() if not s["num_completed"]]
+    notes = [_unserved(x, s, cfgs[x]) for x, s in out.items() if not s["num_completed"]]
     if best is None:  # no layout meets the SLO at any rate: the closest at the offered rate
         best = pick_best(out)
         if note := best_note(out, best):
@@ -90,7 +97,8 @@ def run(args) -> int:
                           "host_effects": [], "seeds": args.seeds}, default=float))
         return 0
     for x, s in out.items():
-        vals = " ".join(f"{m}={s[m]:.4g}" for m in (*AGG_METRICS, "offered_goodput_rps_per_device",
+        vals = " ".join(f"{m}={s[m]:.4g}" for m in (*AGG_METRICS, "tpot_p99_s",
+                                                     "offered_goodput_rps_per_device",
                                                      "max_goodput_rps_per_device"))
         print(f"{x:<11} {vals} slo={s['slo_attainment']:.3f} confidence={s['confidence']['level']}")
     print(f"best: {best or 'none'}")
@@ -99,26 +107,29 @@ def run(args) -> int:
     return 0
 
 
-def _config(profile, wl, args, SchedulerConfig):
-    """The scheduler per role: the profile's (validate records what its servers ran) where
-    it has one and no flag overrides it, else the flags' defaults."""
+def _config(profile, wl, args, SchedulerConfig, layout: str):
+    """The scheduler per role of `layout`: the profile's (validate records what its servers
+    ran; a spec profile, the KV its workers' memory holds) where it has one and no flag
+    overrides it, else the flags' defaults."""
     from gpuprobe.perf.sim_layouts import LayoutConfig
 
     kept = (profile.meta or {}).get("scheduler") or {}
     out = []
     for role in ("mixed", "prefill", "decode"):
         kw = dict(kept.get(role) or {})
+        blocks = kw.get("num_blocks") or profile.num_kv_blocks(layout, role) or 40000
         kw.update(role=role, max_num_seqs=args.max_num_seqs or kw.get("max_num_seqs", 256),
-                  num_blocks=args.num_blocks or kw.get("num_blocks", 40000))
+                  num_blocks=args.num_blocks or blocks)
         if not kept.get(role):
             kw["max_num_batched_tokens"] = max(2048, int(wl["prompt_tokens"].max()))
         out.append(SchedulerConfig(**kw))
     return LayoutConfig(*out)
 
 
-def _unserved(layout: str, s: dict, num_blocks: int) -> str:
+def _unserved(layout: str, s: dict, cfg) -> str:
     rejected = s.get("num_rejected", 0)
+    num_blocks = min(c.num_blocks for c in (cfg.mixed, cfg.prefill, cfg.decode))
     why = (f"{rejected} of {s['num_requests']} rejected, as they do not fit the KV cache "
-           f"(--num-blocks {num_blocks} x 16 = {num_blocks * 16} tokens per worker)"
+           f"({num_blocks} blocks x 16 = {num_blocks * 16} tokens per worker)"
            if rejected else "none finished")
     return f"{layout}: no request completed: {why}"

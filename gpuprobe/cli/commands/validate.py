@@ -94,8 +94,9 @@ def add_arguments(p) -> None:
                    help="multiply prompt and output lengths (default 0.1, which fits the tiny "
                         "model; 0.5 on cuda)")
     p.add_argument("--slo-ttft", type=positive_float, default=0.5, metavar="S", help="TTFT SLO, s (default 0.5)")
-    p.add_argument("--slo-tbt", type=positive_float, default=0.05, metavar="S",
-                   help="per-request mean TBT SLO, s (default 0.05)")
+    p.add_argument("--slo-tpot", "--slo-tbt", dest="slo_tbt", type=positive_float, default=0.05,
+                   metavar="S", help="TPOT SLO: each request's mean time per output token, s "
+                                     "(default 0.05; --slo-tbt: older name)")
     p.add_argument("--prefill-share", type=fraction, default=0.5,
                    help="intra/cross: cores for prefill (default 0.5)")
     p.add_argument("--replays", type=positive_int, default=3,
@@ -174,18 +175,6 @@ def _check_model(name: str) -> None:
         raise UserError(f"--model {name}: {exc}") from None
 
 
-def load_named_workload(store_path, name: str):
-    """A stored workload, a file, or a bundled trace alias (azure-conv, azure-code); UserError
-    when it holds no request."""
-    from gpuprobe.errors import UserError
-    from gpuprobe.workloads.loading import read_workload
-
-    wl = read_workload(store_path, name)  # reads only: a mistyped --store is not created
-    if wl.empty:
-        raise UserError(f"workload {name!r} is empty: it has no requests")
-    return wl
-
-
 def _fmt(v) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
 
@@ -193,6 +182,7 @@ def _fmt(v) -> str:
 def run(args) -> int:
     from gpuprobe.cli.commands.serve import require_device
     from gpuprobe.validate.run import run_validate
+    from gpuprobe.workloads.loading import load_named_workload
 
     opts = _options(args)
     require_device(opts.device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuprobe.decide.plans import split
 from gpuprobe.decide.plans.plan import Plan, Process
 from gpuprobe.decide.plans.vllm import kv_config
-from gpuprobe.decide.rec_params import Target
+from gpuprobe.decide.recommendation import Deployment, Recommendation
 
 VERSION = "v1.6.2"
 SOURCES = (
@@ -21,47 +21,48 @@ IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2"
 KV_BOTH = kv_config("kv_both")  # Dynamo's vLLM examples use kv_both on both sides
 
 
-def _engine_args(t: Target) -> list[str]:
+def _engine_args(d: Deployment) -> list[str]:
     """vLLM engine arguments an aggregated worker takes (Dynamo passes them through)."""
-    args = ["--enable-chunked-prefill" if t.chunked_prefill else "--no-enable-chunked-prefill"]
-    if t.max_num_batched_tokens:
-        args += ["--max-num-batched-tokens", str(t.max_num_batched_tokens)]
-    if t.max_num_seqs:
-        args += ["--max-num-seqs", str(t.max_num_seqs)]
+    args = ["--enable-chunked-prefill" if d.chunked_prefill_tokens else "--no-enable-chunked-prefill"]
+    if d.chunked_prefill_tokens:
+        args += ["--max-num-batched-tokens", str(d.chunked_prefill_tokens)]
+    if d.max_num_seqs:
+        args += ["--max-num-seqs", str(d.max_num_seqs)]
     return args
 
 
-def build(t: Target, model: str, total_sms: int) -> Plan:
+def build(rec: Recommendation, model: str, total_sms: int) -> Plan:
+    d = rec.deployment
     front = Process("frontend: clients send requests to port 8000", "dynamo.frontend",
                     ("python", "-m", "dynamo.frontend", "--http-port", "8000"))
     notes = ["Dynamo's local launch needs etcd and NATS: `docker compose -f "
-             "dev/docker-compose.yml up -d` in a Dynamo checkout."] + list(split.link_notes(t))
+             "dev/docker-compose.yml up -d` in a Dynamo checkout."] + list(split.link_notes(d))
     setup, sources, files = (), SOURCES, {}
     workers: list[Process] = []
-    if t.layout == "monolithic":
-        for i in range(t.devices):
+    if d.layout == "monolithic":
+        for i in range(d.devices):
             workers.append(_worker(f"worker {i} (GPU {i})", model, i, 8081 + i,
-                                   _engine_args(t)))
-        files["dynamo_graph.yaml"] = graph(t, model, {"VllmWorker": (None, t.devices,
-                                                                      _engine_args(t))})
-        summary = (f"Dynamo, aggregated: {t.devices} vLLM worker(s) doing prefill and decode, "
+                                   _engine_args(d)))
+        files["dynamo_graph.yaml"] = graph(rec, model, {"VllmWorker": (None, d.devices,
+                                                                      _engine_args(d))})
+        summary = (f"Dynamo, aggregated: {d.devices} vLLM worker(s) doing prefill and decode, "
                    f"behind the frontend.")
     else:
-        if t.layout == "intra":
+        if d.layout == "intra":
             setup, sources = split.MPS_SETUP, SOURCES + (split.MPS_DOC,)
-            notes += [split.intra_note(t, total_sms),
+            notes += [split.intra_note(d, total_sms),
                       "A DynamoGraphDeployment gives each worker whole GPUs, so an intra split "
                       "is launched locally only (no dynamo_graph.yaml)."]
         else:
-            files["dynamo_graph.yaml"] = graph(t, model, {
-                "VllmPrefillWorker": ("prefill", t.prefill_devices,
+            files["dynamo_graph.yaml"] = graph(rec, model, {
+                "VllmPrefillWorker": ("prefill", d.num_prefill,
                                       ["--disaggregation-mode", "prefill",
                                        "--kv-transfer-config", KV_BOTH]),
-                "VllmDecodeWorker": ("decode", t.decode_devices,
+                "VllmDecodeWorker": ("decode", d.num_decode,
                                      ["--disaggregation-mode", "decode",
                                       "--kv-transfer-config", KV_BOTH])})
         k = 0
-        for role, ids, pct in split.sides(t):
+        for role, ids, pct in split.sides(d):
             for i, dev in enumerate(ids):
                 extra = (("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)),) if pct else ()
                 workers.append(_worker(f"{role} worker {i} (GPU {dev})", model, dev, 8081 + k,
@@ -69,12 +70,12 @@ def build(t: Target, model: str, total_sms: int) -> Plan:
                                         "--kv-transfer-config", KV_BOTH],
                                        extra + (("VLLM_NIXL_SIDE_CHANNEL_PORT", str(20097 + k)),)))
                 k += 1
-        n_p, n_d = (t.prefill_devices, t.decode_devices) if t.layout == "cross" else (1, 1)
-        summary = (f"Dynamo, disaggregated ({t.layout}): {n_p} prefill and {n_d} decode vLLM "
+        n_p, n_d = (d.num_prefill, d.num_decode) if d.layout == "cross" else (1, 1)
+        summary = (f"Dynamo, disaggregated ({d.layout}): {n_p} prefill and {n_d} decode vLLM "
                    f"worker(s), the KV cache over NIXL, behind the frontend.")
     procs = (front, *workers[:-1], Process(workers[-1].name, workers[-1].program,
                                             workers[-1].argv, workers[-1].env, background=False))
-    return Plan("dynamo", t, VERSION, sources, summary, procs, setup, tuple(notes), files)
+    return Plan("dynamo", rec, VERSION, sources, summary, procs, setup, tuple(notes), files)
 
 
 def _worker(name: str, model: str, dev: int, system_port: int, args: list[str],
@@ -84,13 +85,13 @@ def _worker(name: str, model: str, dev: int, system_port: int, args: list[str],
                    + tuple(env))
 
 
-def graph(t: Target, model: str, workers: dict) -> str:
+def graph(rec: Recommendation, model: str, workers: dict) -> str:
     """A DynamoGraphDeployment: the frontend and one service per worker kind with its
     replica count (one GPU each). workers: {service: (subComponentType | None, replicas, args)}."""
     lines = ["# gpuprobe plan: recommendation %d on Dynamo %s (nothing has been applied)"
-             % (t.rec_id, VERSION),
+             % (rec.id, VERSION),
              "apiVersion: nvidia.com/v1alpha1", "kind: DynamoGraphDeployment", "metadata:",
-             f"  name: gpuprobe-rec-{t.rec_id}", "spec:", "  services:",
+             f"  name: gpuprobe-rec-{rec.id}", "spec:", "  services:",
              "    Frontend:", "      componentType: frontend", "      replicas: 1",
              "      extraPodSpec:", "        mainContainer:", f"          image: {IMAGE}"]
     for name, (sub, replicas, args) in workers.items():

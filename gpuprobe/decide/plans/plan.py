@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from gpuprobe.decide.rec_params import Target
+from gpuprobe.decide.recommendation import Recommendation
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Process:
 @dataclass(frozen=True)
 class Plan:
     engine: str
-    target: Target
+    rec: Recommendation
     version: str  # the engine version whose documentation the flags were checked against
     sources: tuple[str, ...]  # documentation pages the flags come from
     summary: str  # one sentence: what runs where
@@ -48,8 +48,10 @@ class Plan:
     files: dict = field(default_factory=dict)  # extra files: name -> text
 
     def to_dict(self) -> dict:
-        return {"engine": self.engine, "recommendation": self.target.rec_id,
-                "target": asdict(self.target), "version": self.version,
+        d = self.rec.deployment
+        return {"engine": self.engine, "recommendation": self.rec.id,
+                "deployment": {"layout": d.layout, **d.params(), "devices": d.devices},
+                "version": self.version,
                 "sources": list(self.sources), "summary": self.summary,
                 "setup": list(self.setup), "notes": list(self.notes),
                 "processes": [{"name": p.name, "program": p.program, "argv": list(p.argv),
@@ -71,8 +73,8 @@ def _group(words: list[str]) -> list[str]:
 
 def render(plan: Plan) -> dict[str, str]:
     """{file name: text} for everything the plan writes."""
-    t = plan.target
-    head = (f"# gpuprobe plan: recommendation {t.rec_id} ({t.workload or 'workload'}: {t.layout})"
+    rec = plan.rec
+    head = (f"# gpuprobe plan: recommendation {rec.id} ({rec.workload_name or 'workload'}: {rec.layout})"
             f" on {plan.engine} {plan.version}\n# Written by `gpuprobe plan`; nothing has been "
             f"run. Flags checked against:\n" + "".join(f"#   {s}\n" for s in plan.sources))
     sh = ["#!/usr/bin/env bash", head.rstrip("\n"), "set -euo pipefail", ""]
@@ -81,7 +83,7 @@ def render(plan: Plan) -> dict[str, str]:
         sh += [f"# {p.name}", p.line(), ""]
     if any(p.background for p in plan.processes):
         sh.append("wait")
-    readme = [f"# Plan: recommendation {t.rec_id} on {plan.engine}", "",
+    readme = [f"# Plan: recommendation {rec.id} on {plan.engine}", "",
               plan.summary, "",
               f"Checked against {plan.engine} {plan.version} documentation:", ""]
     readme += [f"- {s}" for s in plan.sources]

@@ -5,50 +5,49 @@ from __future__ import annotations
 import json
 
 from gpuprobe import __version__
+from gpuprobe.decide.admin_client import layout_body
+from gpuprobe.decide.apply import ACTOR, kept_by_live_switch
 from gpuprobe.decide.plans import split
 from gpuprobe.decide.plans.plan import Plan, Process
-from gpuprobe.decide.rec_params import Target, layout_request
+from gpuprobe.decide.recommendation import Recommendation
 
 SOURCES = ("README.md, section 'Serve' (POST /admin/layout, --admin-token-file) and "
            "'Decide' (gpuprobe apply)",)
-ACTOR = "gpuprobe-apply"
 
-
-def admin_body(t: Target, actor: str = ACTOR) -> dict:
-    """The POST /admin/layout body apply sends: the layout, who asks and which recommendation."""
-    return {**layout_request(t), "actor": actor, "reason": f"recommendation {t.rec_id}"}
-
-
-def build(t: Target, model: str, total_sms: int, target_url: str) -> Plan:
+def build(rec: Recommendation, model: str, total_sms: int, target_url: str) -> Plan:
+    d = rec.deployment
     apply = Process("switch the running server (waits until the switch is done)",
                     "gpuprobe apply",
-                    ("gpuprobe", "apply", "--recommendation", str(t.rec_id), "--target",
+                    ("gpuprobe", "apply", "--recommendation", str(rec.id), "--target",
                      target_url, "--admin-token-file", "token.txt"), background=False)
+    body = {**layout_body(d), "actor": ACTOR, "reason": f"recommendation {rec.id}"}
     curl = ("curl -s -H \"Authorization: Bearer $(cat token.txt)\" "
-            f"{target_url}/admin/layout -d '{json.dumps(admin_body(t))}'")
-    serve = ["gpuprobe", "serve", "--model", model, "--layout", t.layout]
-    if t.layout != "monolithic":
-        serve += ["--prefill-share", f"{t.prefill_share:.4g}"]
-    elif t.chunked_prefill and t.max_num_batched_tokens:
-        serve += ["--chunked-prefill-tokens", str(t.max_num_batched_tokens)]
-    if t.max_num_seqs:
-        serve += ["--max-num-seqs", str(t.max_num_seqs)]
+            f"{target_url}/admin/layout -d '{json.dumps(body)}'")
+    serve = ["gpuprobe", "serve", "--model", model, "--layout", d.layout]
+    if d.layout != "monolithic":
+        serve += ["--prefill-share", f"{d.prefill_fraction:.4g}"]
+    elif d.chunked_prefill_tokens:
+        serve += ["--chunked-prefill-tokens", str(d.chunked_prefill_tokens)]
+    if d.max_num_seqs:
+        serve += ["--max-num-seqs", str(d.max_num_seqs)]
     serve += ["--admin-token-file", "token.txt"]
     notes = [f"The same call without gpuprobe: {curl}  (but only `gpuprobe apply` marks the "
              f"recommendation applied in the store, so `recommend --check` can compare).",
              f"To start a server in this layout instead: {' '.join(serve)}  (add --device cuda "
              f"on a GPU)."]
-    if t.max_num_seqs:
-        notes.append(f"max_num_seqs {t.max_num_seqs} is fixed when a server starts: a live "
-                     f"switch keeps the running server's --max-num-seqs.")
-    if t.layout == "intra":
-        notes.append(split.intra_note(t, total_sms))
-    if t.layout == "cross" and (t.prefill_devices, t.decode_devices) != (1, 1):
-        notes.append(f"The reference server runs cross as one prefill and one decode worker; "
-                     f"the recommended {t.prefill_devices}P{t.decode_devices}D is applied as "
-                     f"prefill share {t.prefill_share:.2f}.")
-    return Plan("gpuprobe", t, __version__, SOURCES,
-                f"Switch the reference server at {target_url} to {t.layout} live.", (apply,),
+    if d.layout == "intra":
+        notes.append(split.intra_note(d, total_sms))
+    if d.layout == "cross" and (d.num_prefill, d.num_decode) != (1, 1):
+        notes.append(f"For {d.num_prefill}P{d.num_decode}D start {d.num_prefill} `gpuprobe "
+                     f"worker --role prefill` and {d.num_decode} `gpuprobe worker --role "
+                     f"decode` (one per device) and give their link addresses to serve with "
+                     f"--prefill-workers, --decode-workers and --link-secret-file (README, "
+                     f"'Cross across hosts'); the live switch then runs on them. A server "
+                     f"without them starts the {d.num_prefill + d.num_decode} workers itself, "
+                     f"on its own cores.")
+    notes += [f"Not changed by a live switch: {k}." for k in kept_by_live_switch(d)]
+    return Plan("gpuprobe", rec, __version__, SOURCES,
+                f"Switch the reference server at {target_url} to {d.layout} live.", (apply,),
                 notes=tuple(notes),
                 files={"serve.sh": "#!/usr/bin/env bash\n" + " ".join(serve) + "\n",
                        "switch_curl.sh": "#!/usr/bin/env bash\n" + curl + "\n"})

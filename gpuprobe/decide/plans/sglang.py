@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuprobe.decide.plans import split
 from gpuprobe.decide.plans.plan import Plan, Process
-from gpuprobe.decide.rec_params import Target
+from gpuprobe.decide.recommendation import Deployment, Recommendation
 
 VERSION = "v0.5.3"
 SOURCES = (
@@ -19,44 +19,46 @@ SOURCES = (
 BOOTSTRAP_PORT = 8998  # SGLang's default --disaggregation-bootstrap-port
 
 
-def backend(t: Target) -> str:
+def backend(d: Deployment) -> str:
     """Mooncake over RDMA (ib, roce); NIXL otherwise (UCX picks NVLink, shared memory or TCP)."""
-    return "mooncake" if t.link in ("ib", "roce") else "nixl"
+    return "mooncake" if d.link in ("ib", "roce") else "nixl"
 
 
-def build(t: Target, model: str, total_sms: int) -> Plan:
-    if t.layout == "monolithic":
-        return _monolithic(t, model)
-    return _split(t, model, total_sms)
+def build(rec: Recommendation, model: str, total_sms: int) -> Plan:
+    if rec.layout == "monolithic":
+        return _monolithic(rec, model)
+    return _split(rec, model, total_sms)
 
 
-def _monolithic(t: Target, model: str) -> Plan:
-    chunk = str(t.max_num_batched_tokens) if t.chunked_prefill and t.max_num_batched_tokens \
+def _monolithic(rec: Recommendation, model: str) -> Plan:
+    d = rec.deployment
+    chunk = str(d.chunked_prefill_tokens) if d.chunked_prefill_tokens \
         else "-1"  # -1 turns chunked prefill off
     argv = ["python", "-m", "sglang.launch_server", "--model-path", model, "--port", "30000",
             "--chunked-prefill-size", chunk]
-    if t.max_num_seqs:
-        argv += ["--max-running-requests", str(t.max_num_seqs)]
-    if t.devices > 1:
-        argv += ["--dp-size", str(t.devices)]
+    if d.max_num_seqs:
+        argv += ["--max-running-requests", str(d.max_num_seqs)]
+    if d.devices > 1:
+        argv += ["--dp-size", str(d.devices)]
     what = (f"prompts in chunks of {chunk} tokens" if chunk != "-1" else
             "whole prompts (chunked prefill off)")
-    return Plan("sglang", t, VERSION, SOURCES,
-                f"One SGLang server on {t.devices} GPU(s), prefilling {what}.",
+    return Plan("sglang", rec, VERSION, SOURCES,
+                f"One SGLang server on {d.devices} GPU(s), prefilling {what}.",
                 (Process("sglang server", "sglang.launch_server", tuple(argv),
                          background=False),))
 
 
-def _split(t: Target, model: str, total_sms: int) -> Plan:
-    notes, sources = list(split.link_notes(t)), SOURCES
-    mem, setup, intra_notes = split.intra_memory(t, total_sms, "--mem-fraction-static",
+def _split(rec: Recommendation, model: str, total_sms: int) -> Plan:
+    d = rec.deployment
+    notes, sources = list(split.link_notes(d)), SOURCES
+    mem, setup, intra_notes = split.intra_memory(d, total_sms, "--mem-fraction-static",
                                                  "0.3", "0.5")
     notes += intra_notes
-    if t.layout == "intra":
+    if d.layout == "intra":
         sources = SOURCES + (split.MPS_DOC,)
     procs, urls = [], {"prefill": [], "decode": []}
-    be = backend(t)
-    for role, ids, pct in split.sides(t):
+    be = backend(d)
+    for role, ids, pct in split.sides(d):
         for i, dev in enumerate(ids):
             port = (30000 if role == "prefill" else 30100) + i
             argv = ["python", "-m", "sglang.launch_server", "--model-path", model,
@@ -83,8 +85,8 @@ def _split(t: Target, model: str, total_sms: int) -> Plan:
                      "RDMA devices itself, or name them with --disaggregation-ib-device.")
     else:
         notes.append("NIXL needs `pip install nixl`.")
-    where = ("on one GPU, split by MPS" if t.layout == "intra" else
-             f"on {t.prefill_devices} prefill and {t.decode_devices} decode GPUs")
-    return Plan("sglang", t, VERSION, sources,
-                f"Disaggregated SGLang ({t.layout}): prefill and decode servers {where}, KV "
+    where = ("on one GPU, split by MPS" if d.layout == "intra" else
+             f"on {d.num_prefill} prefill and {d.num_decode} decode GPUs")
+    return Plan("sglang", rec, VERSION, sources,
+                f"Disaggregated SGLang ({d.layout}): prefill and decode servers {where}, KV "
                 f"over {be}, the router in front.", tuple(procs), setup, tuple(notes))

@@ -8,7 +8,7 @@ devices, numbered 0..x-1 and x..x+y-1 on one host when the link is NVLink.
 """
 from __future__ import annotations
 
-from gpuprobe.decide.rec_params import Target
+from gpuprobe.decide.recommendation import Deployment
 from gpuprobe.server.green_partition import prefill_sm_count
 
 MPS_DOC = ("https://docs.nvidia.com/deploy/mps/ (Multi-Process Service: nvidia-cuda-mps-control, "
@@ -30,25 +30,25 @@ def sm_counts(share: float, total_sms: int) -> tuple[int, int]:
     return p, total_sms - p
 
 
-def intra_note(t: Target, total_sms: int) -> str:
-    p, d = sm_counts(t.prefill_share, total_sms)
-    pp, dp = mps_percent(t.prefill_share)
-    return (f"intra split {t.prefill_share:.2f}: prefill {pp}% / decode {dp}% of the GPU's "
+def intra_note(d: Deployment, total_sms: int) -> str:
+    p_sms, d_sms = sm_counts(d.prefill_share, total_sms)
+    pp, dp = mps_percent(d.prefill_share)
+    return (f"intra split {d.prefill_share:.2f}: prefill {pp}% / decode {dp}% of the GPU's "
             f"threads (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); as green-context SM counts on a "
-            f"{total_sms}-SM GPU: prefill {p} SMs, decode {d} SMs (what `gpuprobe serve "
+            f"{total_sms}-SM GPU: prefill {p_sms} SMs, decode {d_sms} SMs (what `gpuprobe serve "
             f"--device cuda --layout intra` uses)")
 
 
-def devices(t: Target) -> tuple[list[int], list[int]]:
+def devices(d: Deployment) -> tuple[list[int], list[int]]:
     """(prefill device ids, decode device ids) for cross."""
-    x, y = t.prefill_devices, t.decode_devices
+    x, y = d.num_prefill, d.num_decode
     return list(range(x)), list(range(x, x + y))
 
 
-def link_notes(t: Target) -> tuple[str, ...]:
-    if t.layout != "cross":
+def link_notes(d: Deployment) -> tuple[str, ...]:
+    if d.layout != "cross":
         return ()
-    link = t.link or "nvlink"
+    link = d.link or "nvlink"
     if link in MULTI_HOST_LINKS:
         return (f"link {link}: prefill and decode run on different hosts. Start each process on "
                 f"its own host, replace 127.0.0.1 with that host's address, and number the "
@@ -58,23 +58,23 @@ def link_notes(t: Target) -> tuple[str, ...]:
     return (f"link {link} Gbit/s (as profiled): check that the transfer backend uses that path.",)
 
 
-def sides(t: Target) -> list[tuple[str, list[int], int | None]]:
+def sides(d: Deployment) -> list[tuple[str, list[int], int | None]]:
     """[(role, device ids, MPS thread % or None)] for the prefill and the decode side: intra
     puts both on GPU 0 under MPS, cross gives each side its own devices."""
-    if t.layout == "intra":
-        pp, dp = mps_percent(t.prefill_share)
+    if d.layout == "intra":
+        pp, dp = mps_percent(d.prefill_share)
         return [("prefill", [0], pp), ("decode", [0], dp)]
-    p_ids, d_ids = devices(t)
+    p_ids, d_ids = devices(d)
     return [("prefill", p_ids, None), ("decode", d_ids, None)]
 
 
-def intra_memory(t: Target, total_sms: int, flag: str, prefill: str,
+def intra_memory(d: Deployment, total_sms: int, flag: str, prefill: str,
                  decode: str) -> tuple[dict, tuple[str, ...], tuple[str, ...]]:
     """For two engine instances sharing GPU 0: ({role: memory fraction or None}, setup lines,
     notes). Prefill holds a prompt's KV only until decode has read it, so it gets less."""
-    if t.layout != "intra":
+    if d.layout != "intra":
         return {"prefill": None, "decode": None}, (), ()
     return ({"prefill": prefill, "decode": decode}, MPS_SETUP,
-            (intra_note(t, total_sms),
+            (intra_note(d, total_sms),
              f"Both instances share GPU 0, so each gets part of its memory ({flag} {prefill} "
              f"prefill, {decode} decode); tune to the KV your batch needs."))

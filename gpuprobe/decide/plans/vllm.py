@@ -6,7 +6,7 @@ import json
 
 from gpuprobe.decide.plans import split
 from gpuprobe.decide.plans.plan import Plan, Process
-from gpuprobe.decide.rec_params import Target
+from gpuprobe.decide.recommendation import Recommendation
 
 VERSION = "v0.12.0"
 SOURCES = (
@@ -25,47 +25,45 @@ def kv_config(role: str) -> str:
     return json.dumps({"kv_connector": "NixlConnector", "kv_role": role}, separators=(",", ":"))
 
 
-def build(t: Target, model: str, total_sms: int) -> Plan:
-    if t.layout == "monolithic":
-        return _monolithic(t, model)
-    return _split(t, model, total_sms)
+def build(rec: Recommendation, model: str, total_sms: int) -> Plan:
+    return _monolithic(rec, model) if rec.layout == "monolithic" else _split(rec, model, total_sms)
 
 
-def _monolithic(t: Target, model: str) -> Plan:
+def _monolithic(rec: Recommendation, model: str) -> Plan:
+    d = rec.deployment
     argv = ["vllm", "serve", model, "--port", "8000"]
-    if t.chunked_prefill:
-        argv += ["--enable-chunked-prefill"]
+    if d.chunked_prefill_tokens:
+        argv += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(d.chunked_prefill_tokens)]
     else:
         argv += ["--no-enable-chunked-prefill"]
-    if t.max_num_batched_tokens:
-        argv += ["--max-num-batched-tokens", str(t.max_num_batched_tokens)]
-    if t.max_num_seqs:
-        argv += ["--max-num-seqs", str(t.max_num_seqs)]
-    if t.devices > 1:
-        argv += ["--data-parallel-size", str(t.devices)]
-    budget = (f"chunks of at most {t.max_num_batched_tokens} tokens per step"
-              if t.chunked_prefill else "whole prompts per step (chunked prefill off)")
-    return Plan("vllm", t, VERSION, SOURCES,
-                f"One vLLM server on {t.devices} GPU(s): prefill and decode share each step, "
+    if d.max_num_seqs:
+        argv += ["--max-num-seqs", str(d.max_num_seqs)]
+    if d.devices > 1:
+        argv += ["--data-parallel-size", str(d.devices)]
+    budget = (f"chunks of at most {d.chunked_prefill_tokens} tokens per step"
+              if d.chunked_prefill_tokens else "whole prompts per step (chunked prefill off)")
+    return Plan("vllm", rec, VERSION, SOURCES,
+                f"One vLLM server on {d.devices} GPU(s): prefill and decode share each step, "
                 f"{budget}.", (Process("vllm server", "vllm serve", tuple(argv),
                                        background=False),))
 
 
-def _split(t: Target, model: str, total_sms: int) -> Plan:
-    procs, notes, sources = [], list(split.link_notes(t)), SOURCES
-    mem, setup, intra_notes = split.intra_memory(t, total_sms, "--gpu-memory-utilization",
+def _split(rec: Recommendation, model: str, total_sms: int) -> Plan:
+    d = rec.deployment
+    procs, notes, sources = [], list(split.link_notes(d)), SOURCES
+    mem, setup, intra_notes = split.intra_memory(d, total_sms, "--gpu-memory-utilization",
                                                  "0.3", "0.6")
     notes += intra_notes
-    if t.layout == "intra":
+    if d.layout == "intra":
         sources = SOURCES + (split.MPS_DOC,)
     hosts = {"prefill": [], "decode": []}
     k = 0
-    for role, ids, pct in split.sides(t):
+    for role, ids, pct in split.sides(d):
         base = 8100 if role == "prefill" else 8200
         for i, dev in enumerate(ids):
             env = [("CUDA_VISIBLE_DEVICES", str(dev)), ("UCX_NET_DEVICES", "all"),
                    ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(5600 + k))]
-            if t.link == "tcp":
+            if d.link == "tcp":
                 env.append(("UCX_TLS", "tcp"))
             if pct is not None:
                 env.append(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)))
@@ -87,8 +85,8 @@ def _split(t: Target, model: str, total_sms: int) -> Plan:
                          tuple(proxy), background=False))
     notes.append(f"The proxy is vLLM's example ({PROXY}, run from a vLLM checkout); any router "
                  f"that sends the prefill request first and passes kv_transfer_params on works.")
-    where = ("on one GPU, split by MPS" if t.layout == "intra" else
-             f"on {t.prefill_devices} prefill and {t.decode_devices} decode GPUs")
-    return Plan("vllm", t, VERSION, sources,
-                f"Disaggregated vLLM ({t.layout}): prefill and decode instances {where}, the KV "
+    where = ("on one GPU, split by MPS" if d.layout == "intra" else
+             f"on {d.num_prefill} prefill and {d.num_decode} decode GPUs")
+    return Plan("vllm", rec, VERSION, sources,
+                f"Disaggregated vLLM ({d.layout}): prefill and decode instances {where}, the KV "
                 f"cache handed over by NixlConnector.", tuple(procs), setup, tuple(notes))

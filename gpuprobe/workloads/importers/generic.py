@@ -1,6 +1,8 @@
 """Any CSV or JSONL trace, given a column mapping:
 `--map timestamp=ts,prompt_tokens=in,output_tokens=out[,model=m,session_id=s] --time-unit ms`.
 
+Without `--map` the columns are looked up by those names themselves (`timestamp,
+prompt_tokens,output_tokens`), so a file written with gpuprobe's names needs no map.
 `--time-unit` is s, ms, us, ns, or iso (ISO 8601 date-times). JSONL is recognised by a first
 non-blank character `{`.
 """
@@ -19,7 +21,10 @@ OPTIONAL = ("model", "log_type", "session_id")
 
 
 def parse_map(text: str | None) -> dict[str, str]:
-    """'timestamp=ts,prompt_tokens=in,output_tokens=out' -> {'timestamp': 'ts', ...}."""
+    """'timestamp=ts,prompt_tokens=in,output_tokens=out' -> {'timestamp': 'ts', ...}. Without a
+    map, every key names a column of its own name (a file written with gpuprobe's names)."""
+    if not (text or "").strip():
+        return {k: k for k in REQUIRED + OPTIONAL}
     mapping = {}
     for part in filter(None, (p.strip() for p in (text or "").split(","))):
         key, sep, col = part.partition("=")

@@ -1,5 +1,6 @@
-"""A recommendation per fleet group: each group's rates over the range, per host, as a
-workload (prom_workload), weighed by `recommend` on the group's GPUs per host.
+"""A recommendation per fleet group (`fleet --profile`): each group's rates over the range,
+per host, as a workload (sources/prom_workload), weighed by the one decision call
+(run_decision) on the group's GPUs per host; not stored.
 
     recs = group_recommendations(src, t0, t1, hosts, "host_group", profile, slo)
     recs["chat"]["layout"], recs["code"]["error"]
@@ -21,7 +22,7 @@ def group_recommendations(src, start_s: float, end_s: float, hosts: pd.DataFrame
     """{group: the recommendation's summary, or {"error": why}} for every group in `hosts`
     (fleet_hosts' frame). A group's workload is its engines' rates divided by its hosts;
     devices are its GPUs per host (at least one)."""
-    from gpuprobe.decide.recommend import recommend
+    from gpuprobe.decide.decision import DecisionOptions, run_decision
 
     bucket_s = min(bucket_s, max((end_s - start_s) / 4, 1.0))
     mix = bucket_mix(src.api, start_s, end_s, bucket_s, by=by, agents_only=True)
@@ -38,13 +39,12 @@ def group_recommendations(src, start_s: float, end_s: float, hosts: pd.DataFrame
             wl = workload_from_rates(per_host, bucket_s, *hists, seed=seed)
             if progress:
                 progress(f"{by}={group}: {len(wl)} requests per host, {devices} device(s) per host")
-            rec = recommend(wl, profile, slo, devices=devices, seed=seed, workload_name=f"{by}={group}")
+            rec = run_decision(wl, profile, slo, DecisionOptions(max_devices=devices, seed=seed),
+                               workload_name=f"{by}={group}").to_dict()
         except UserError as exc:
             out[group] = {"error": str(exc)}
             continue
-        out[group] = {"layout": rec["layout"], "label": rec["label"], "params": rec["params"],
-                      "devices_per_host": devices, "decision": rec["decision"],
-                      "max_goodput_rps_per_device": rec["max_goodput_rps_per_device"],
-                      "margin": rec["margin"], "confidence": rec["confidence"],
-                      "lengths": wl.attrs["gpuprobe_lengths"], "reasons": rec["reasons"]}
+        out[group] = {**{k: rec[k] for k in ("layout", "label", "params", "decision", "margin",
+                                             "max_goodput_rps_per_device", "confidence", "reasons")},
+                      "devices_per_host": devices, "lengths": wl.attrs["gpuprobe_lengths"]}
     return out
