@@ -74,6 +74,8 @@ if rec is not None:
         target = st.text_input("Server URL", value=st.session_state.get("apply_target", "http://127.0.0.1:8000"))
         token = st.text_input("Admin token", type="password")
         sure = st.checkbox(f"Yes, switch this server to {d.layout}{share}")
+        force = st.checkbox("Take over from its controller, if one holds it (an autopilot "
+                            "stops; recorded as a takeover)")
         go = st.form_submit_button("Apply", type="primary")
     if go:
         st.session_state["apply_target"] = target
@@ -82,7 +84,7 @@ if rec is not None:
         else:
             try:
                 with st.spinner(f"switching {target} to {d.layout} ..."):
-                    result = apply(store_path(), rec.id, target, token)
+                    result = apply(store_path(), rec.id, target, token, force=force)
             except GpuprobeError as exc:
                 st.error(f"Not applied: {exc}. Nothing was changed.")
             else:
@@ -94,6 +96,8 @@ if rec is not None:
         _, where, result = done
         st.success(f"Applied: {where} now runs **{result.get('layout')}**"
                    + (f" (prefill share {result['prefill_share']})" if result.get("prefill_share") else ""))
+        if result.get("took_over"):
+            st.warning(f"Took the server over from {result['took_over']}: its lease ended.")
         for note in result.get("kept") or []:
             st.info(f"Not changed by a live switch: {note}")
         with st.expander("the server's answer"):
