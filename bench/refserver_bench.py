@@ -6,8 +6,12 @@
 3. Interference: client-side p99 time between tokens of a steady decode load, with and
    without a concurrent stream of long prefills, for each layout (real servers over HTTP);
    and the intra / monolithic p99 TBT ratio under the prefill-heavy load.
+4. With --vllm-python: the reference server's decode step against vLLM-CPU's (float32, the
+   same SmolLM2 weights, the same token-id prompts) at batch 1 and 16, both servers up at once
+   and measured in turns (vllm_server.py starts vLLM; its first start compiles for minutes).
 
 Usage: .venv/bin/python bench/refserver_bench.py [--quick] [--window 12]
+       .venv/bin/python bench/refserver_bench.py --vllm-python .vllm-venv/bin/python --only-vllm
 """
 
 from __future__ import annotations
@@ -168,6 +172,55 @@ def interference(model_name: str, window_s: float, prefill_tokens: int, device: 
     return out
 
 
+async def _decode_gaps(url: str, batch: int, prompt: int, tokens: int, skip: int = 4) -> list[float]:
+    """Client-side gaps between tokens of `batch` streams sent at once (the first `skip` of
+    each left out: the burst's prefills), token-id prompts of `prompt` tokens."""
+    import aiohttp
+
+    from gpuprobe.workloads.replay_client import request_body, send_one
+
+    rng = np.random.default_rng(batch)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as s:
+        async with s.get(url + "/v1/models") as r:
+            model = (await r.json())["data"][0]["id"]
+        recs = await asyncio.gather(*(send_one(s, url + "/v1/completions", request_body(
+            model, rng.integers(100, 20000, prompt).tolist(), tokens), {}) for _ in range(batch)))
+    bad = [r for r in recs if r["status"] != "ok"]
+    if bad:
+        raise RuntimeError(f"{url}: {len(bad)} of {batch} streams failed: {bad[0].get('error')}")
+    return [g for r in recs for g in np.diff(r["token_times"])[skip:].tolist()]
+
+
+def decode_vs_vllm(vllm_python: str, batches=(1, 16), rounds: int = 3, prompt: int = 128,
+                   tokens: int = 40) -> dict:
+    """Median decode gap (ms) of each server per batch, measured in turns, and ref / vLLM."""
+    from pathlib import Path
+
+    from vllm_server import vllm_server
+
+    from gpuprobe.server.launch import start_server
+
+    gaps: dict = {(who, b): [] for who in ("vllm", "ref") for b in batches}
+    with tempfile.TemporaryDirectory() as tmp, \
+            vllm_server(vllm_python, Path(tmp) / "vllm.log") as vurl, \
+            start_server("smollm2-135m", "monolithic", store=f"{tmp}/s.db", max_num_seqs=64,
+                         max_queue_wait="0", timeout_s=600) as ref:  # queue as vLLM does
+        for who, url in (("vllm", vurl), ("ref", ref.url)):  # warm-up: first-call costs
+            asyncio.run(_decode_gaps(url, 2, prompt, 8))
+        for _ in range(rounds):
+            for b in batches:
+                for who, url in (("vllm", vurl), ("ref", ref.url)):
+                    gaps[(who, b)] += asyncio.run(_decode_gaps(url, b, prompt, tokens))
+    out = {}
+    for b in batches:
+        v, r = (float(np.median(gaps[(w, b)])) * 1e3 for w in ("vllm", "ref"))
+        out[f"batch_{b}"] = {"vllm_ms": v, "ref_ms": r, "ratio": r / v}
+        print(f"decode step, batch {b}: reference {r:.1f} ms, vLLM-CPU fp32 {v:.1f} ms "
+              f"-> ratio {r / v:.2f} ({'within' if r / v <= 1.3 else 'NOT within'} 1.3)",
+              flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--window", type=float, default=10.0, help="seconds per load phase")
@@ -181,9 +234,18 @@ def main(argv=None) -> int:
     ap.add_argument("--kv-cache-mb", type=int, default=256, help="per server worker")
     ap.add_argument("--layouts", default="monolithic,intra,cross",
                     help="layouts for the interference part, comma-separated")
+    ap.add_argument("--vllm-python", default=None,
+                    help="vLLM's venv python: also compare decode steps with vLLM-CPU")
+    ap.add_argument("--only-vllm", action="store_true", help="only the comparison with vLLM")
     args = ap.parse_args(argv)
     import torch
 
+    if args.only_vllm:
+        results = decode_vs_vllm(args.vllm_python or ".vllm-venv/bin/python")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+        return 0
     t0 = time.time()
     results: dict = {"threads": torch.get_num_threads()}
     bw = copy_bandwidth_gbs(torch, args.device)
@@ -210,6 +272,8 @@ def main(argv=None) -> int:
         results["intra_over_monolithic_p99_tbt"] = ratio
         print(f"prefill-heavy load: p99 TBT intra / monolithic = {ratio:.2f} "
               f"({'intra lower' if ratio < 1 else 'intra NOT lower'})")
+    if args.vllm_python:
+        results["decode_vs_vllm"] = decode_vs_vllm(args.vllm_python)
     print(f"total {time.time() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:

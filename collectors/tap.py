@@ -6,9 +6,11 @@ each request's timing (arrival, TTFT, per-token times, tokens, status) as source
 
 Every POST to a .../completions path is recorded with its outcome: a body upstream refuses
 (status "http_400", no token counts) and an unreachable upstream ("upstream_unreachable", 502)
-too. Streams pass through chunk by chunk. If the client did not ask for usage, the tap asks
-upstream for it and strips it again (see tap_sse.py). If upstream cuts a stream, the tap cuts
-the client's connection the same way (no closing chunk) and records "upstream_disconnect".
+too. Streams pass through chunk by chunk, unchanged (tap_sse.py parses a copy). A stream without
+usage (the client did not ask for it) gets its prompt length from upstream's POST /tokenize
+(vLLM, SGLang and gpuprobe serve have it) after the client has its last byte; an upstream
+without one leaves it unknown. If upstream cuts a stream, the tap cuts the client's connection
+the same way (no closing chunk) and records "upstream_disconnect".
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ class Tap:
         self.num_recorded = 0
         self._session: aiohttp.ClientSession | None = None
         self._flusher: asyncio.Task | None = None
+        self._tokenize_ok = True
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=256 * 2**20)
@@ -96,11 +99,6 @@ class Tap:
         recorded = request.method == "POST" and request.path.rstrip("/").endswith("completions")
         # Not JSON (or not an object): forwarded as is, and recorded with upstream's answer (a 400).
         payload = (_json(body) if recorded else None) or {}
-        inject = bool(payload.get("stream") is True
-                      and not (payload.get("stream_options") or {}).get("include_usage"))
-        if inject:
-            options = dict(payload.get("stream_options") or {}, include_usage=True)
-            body = json.dumps({**payload, "stream_options": options}).encode()
         meta = {"run_id": self.run_id, "host": self.host, "model": payload.get("model")}
         try:
             upstream = await self._session.request(
@@ -114,11 +112,11 @@ class Tap:
                                                 f"unreachable ({exc})", "type": "bad_gateway"}}, status=502)
         async with upstream:
             if upstream.content_type == "text/event-stream":
-                return await self._stream(request, upstream, arrival_s, inject, recorded, meta)
+                return await self._stream(request, upstream, arrival_s, payload, recorded, meta)
             return await self._whole(request, upstream, arrival_s, recorded, meta)
 
-    async def _stream(self, request, upstream, arrival_s, inject, recorded, meta) -> web.StreamResponse:
-        watch = SseWatch(arrival_s, strip_usage=inject)
+    async def _stream(self, request, upstream, arrival_s, payload, recorded, meta) -> web.StreamResponse:
+        watch = SseWatch(arrival_s)
         resp = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                   headers=forward_headers(upstream.headers))
         await resp.prepare(request)
@@ -129,10 +127,10 @@ class Tap:
             except Exception as exc:  # cut mid-stream (payload error, reset, timeout)
                 status, error = "upstream_disconnect", str(exc) or type(exc).__name__
                 break
-            out = watch.feed(chunk, time.time()) if chunk else watch.finish()
+            watch.feed(chunk, time.time())
             try:
-                if out:
-                    await resp.write(out)
+                if chunk:
+                    await resp.write(chunk)
             except (ConnectionError, RuntimeError) as exc:
                 status, error = "client_disconnect", str(exc) or type(exc).__name__
                 break
@@ -140,20 +138,52 @@ class Tap:
                 break
         if status == "ok" and watch.error:
             status, error = "error", watch.error
-        if recorded:
-            self._record(request_record(arrival_s, time.time(), status, token_s=watch.token_s,
-                                        usage=watch.usage, request_id=watch.response_id,
-                                        error=error, **{**meta, "model": watch.model or meta["model"]}))
+        finish_s = time.time()
         if status in ("upstream_disconnect", "client_disconnect"):
             # No closing chunk: the client sees the incomplete stream it would have seen directly.
             if request.transport is not None:
                 request.transport.abort()
-            return resp
-        try:
-            await resp.write_eof()
-        except ConnectionError:
-            pass  # a client that closes at [DONE] has all it wanted; the record is already taken
+        else:
+            try:
+                await resp.write_eof()
+            except ConnectionError:
+                pass  # a client that closes at [DONE] has all it wanted
+        if recorded:
+            prompt = None
+            if status == "ok" and not (watch.usage or {}).get("prompt_tokens"):
+                prompt = await self._prompt_tokens(request.path, payload)
+            self._record(request_record(arrival_s, finish_s, status, token_s=watch.token_s,
+                                        usage=watch.usage, request_id=watch.response_id,
+                                        error=error, prompt_tokens=prompt,
+                                        **{**meta, "model": watch.model or meta["model"]}))
         return resp
+
+    async def _prompt_tokens(self, path: str, payload: dict) -> int | None:
+        """The prompt's length in tokens from upstream's POST /tokenize, or None (no such
+        endpoint, which is then not asked again, or an answer without a count)."""
+        if not self._tokenize_ok:
+            return None
+        prompt = payload.get("prompt")
+        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            return len(prompt)  # token ids already
+        keys = ("model", "messages", "add_generation_prompt", "continue_final_message",
+                "chat_template_kwargs", "tools") if path.rstrip("/").endswith("chat/completions") \
+            else ("model", "prompt", "add_special_tokens")
+        body = {k: payload[k] for k in keys if k in payload}
+        try:
+            async with self._session.post(self.upstream + "/tokenize", data=json.dumps(body),
+                                          headers={"Content-Type": "application/json"},
+                                          timeout=aiohttp.ClientTimeout(total=10)) as r:
+                text = await r.text(errors="replace")
+                if r.status == 405 or (r.status == 404 and "model_not_found" not in text):
+                    self._tokenize_ok = False
+                    self.log(f"tap: {self.upstream} has no /tokenize: streams without usage "
+                             f"are recorded without their prompt length")
+                    return None
+                count = json.loads(text).get("count") if r.status == 200 else None
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError, AttributeError):
+            return None
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
 
     async def _whole(self, request, upstream, arrival_s, recorded, meta) -> web.StreamResponse:
         try:

@@ -1,14 +1,13 @@
 """Following an OpenAI-style SSE stream as it passes through the tap, and what it records.
 
-    watch = SseWatch(arrival_s, strip_usage=True)
-    out = watch.feed(chunk, time.time())    # bytes to send on to the client now
-    record = watch.record(...)              # a row for store.insert_requests
+    watch = SseWatch(arrival_s)
+    watch.feed(chunk, time.time())          # parses a copy; the tap sends `chunk` on unchanged
+    record = request_record(...)            # a row for store.insert_requests
 
-With `strip_usage` the tap asked upstream for stream_options.include_usage on the client's
-behalf, so the usage-only chunk (choices == [], usage set) is taken out, as is the
-`"usage":null` that some servers then add to every chunk: the client gets the bytes it would
-have got directly. Events are then passed on whole (held at most until their blank line);
-without `strip_usage` every chunk goes on at once, unchanged, and a copy is parsed.
+The tap never rewrites the stream: it does not ask upstream for usage on the client's behalf
+(vLLM 0.32 then moves `system_fingerprint` into the usage chunk, so stripping that chunk lost a
+field the client would have had). Token times are those of the chunks that carry a token;
+vLLM's opening chunk (`"delta": {"role": "assistant", "content": ""}`) carries none.
 """
 from __future__ import annotations
 
@@ -16,15 +15,13 @@ import json
 import re
 from typing import Any
 
-_USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null|"usage"\s*:\s*null\s*,')
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 
 
 class SseWatch:
-    def __init__(self, arrival_s: float, strip_usage: bool = False):
+    def __init__(self, arrival_s: float):
         self.arrival_s = arrival_s
-        self.strip_usage = strip_usage
-        self.token_s: list[float] = []  # absolute time of each chunk carrying content
+        self.token_s: list[float] = []  # absolute time of each chunk carrying a token
         self.usage: dict[str, Any] | None = None
         self.response_id: str | None = None
         self.model: str | None = None
@@ -33,77 +30,66 @@ class SseWatch:
         self.done = False
         self._pending = b""
 
-    def feed(self, chunk: bytes, now_s: float) -> bytes:
-        """Take bytes from upstream; return what the client should get now."""
+    def feed(self, chunk: bytes, now_s: float) -> None:
+        """Take a copy of bytes from upstream; whole events are parsed as they complete."""
         self._pending += chunk
-        out = []
-        while True:
-            m = _EVENT_END.search(self._pending)
-            if m is None:
-                break
+        while (m := _EVENT_END.search(self._pending)) is not None:
             event, self._pending = self._pending[:m.end()], self._pending[m.end():]
-            keep = self._event(event, now_s)
-            if self.strip_usage and keep:
-                out.append(_USAGE_NULL.sub(b"", event))
-        if not self.strip_usage:
-            return chunk
-        return b"".join(out)
+            self._event(event, now_s)
 
-    def finish(self) -> bytes:
-        """Bytes still held at the end of the stream (an event with no closing blank line)."""
-        rest, self._pending = self._pending, b""
-        return rest if self.strip_usage else b""
-
-    def _event(self, event: bytes, now_s: float) -> bool:
-        """Note what the event says; False if it is the usage chunk the tap must strip."""
+    def _event(self, event: bytes, now_s: float) -> None:
         data = b"\n".join(line[5:].lstrip() for line in event.splitlines() if line.startswith(b"data:"))
         if not data:
-            return True
+            return
         if data.strip() == b"[DONE]":
             self.done = True
-            return True
+            return
         try:
             obj = json.loads(data)
         except ValueError:
-            return True
+            return
         if not isinstance(obj, dict):
-            return True
+            return
         self.num_chunks += 1
         self.response_id = self.response_id or obj.get("id")
         self.model = self.model or obj.get("model")
         if isinstance(obj.get("error"), dict):
             self.error = str(obj["error"].get("message", obj["error"]))[:500]
         choices = obj.get("choices") or []
-        if any(_content(c) for c in choices if isinstance(c, dict)):
+        if any(is_token(c) for c in choices if isinstance(c, dict)):
             self.token_s.append(now_s)
         if isinstance(obj.get("usage"), dict):
             self.usage = obj["usage"]
-            if self.strip_usage and not choices:
-                return False
-        return True
 
 
-def _content(choice: dict) -> bool:
-    # A chunk with a text field is a token even when the text is empty: engines send one chunk
-    # per token, and a token may hold half a UTF-8 character. (vLLM's role chunk goes out with
-    # the first token, so it marks the first token's time too.)
+def is_token(choice: dict) -> bool:
+    """Whether a streamed choice carries a token. A text field counts even when empty (a token
+    may hold half a UTF-8 character); a chat delta that opens the message with its role and
+    no text (vLLM's first chunk) does not."""
     delta = choice.get("delta")
-    if isinstance(delta, dict):
-        return isinstance(delta.get("content"), str) or bool(delta.get("reasoning_content") or delta.get("tool_calls"))
-    return isinstance(choice.get("text"), str)
+    if not isinstance(delta, dict):
+        return isinstance(choice.get("text"), str)
+    if delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
+        return True
+    content = delta.get("content")
+    if "role" in delta and not content:
+        return False
+    return isinstance(content, str)
 
 
 def request_record(arrival_s: float, finish_s: float, status: str, *, token_s: list[float] = (),
                    usage: dict | None = None, request_id: str | None = None, model: str | None = None,
-                   error: str | None = None, run_id: str = "", host: str = "") -> dict:
-    """A requests-table row (times in seconds; token_times relative to arrival)."""
+                   error: str | None = None, run_id: str = "", host: str = "",
+                   prompt_tokens: int | None = None) -> dict:
+    """A requests-table row (times in seconds; token_times relative to arrival). prompt_tokens:
+    the count from elsewhere (upstream's /tokenize) when the response had no usage."""
     gaps = sorted(b - a for a, b in zip(token_s, token_s[1:]))
     usage = usage or {}
     first = token_s[0] if token_s else None
     return {
         "run_id": run_id, "source": "tap", "request_id": request_id or f"tap-{arrival_s:.6f}",
         "host": host, "model": model, "arrival_s": arrival_s,
-        "prompt_tokens": usage.get("prompt_tokens"),
+        "prompt_tokens": usage.get("prompt_tokens", prompt_tokens),
         "output_tokens": usage.get("completion_tokens", len(token_s) if token_s else None),
         "first_token_s": first, "ttft_s": None if first is None else first - arrival_s,
         "tbt_p50_s": _pct(gaps, 0.5), "tbt_p99_s": _pct(gaps, 0.99), "tbt_max_s": gaps[-1] if gaps else None,

@@ -1,6 +1,7 @@
 """Engine /metrics scraping: the recorded vLLM fixture, small real HTTP targets that fail in the
 ways real ones do, and the reference server (gpuprobe serve)."""
 import asyncio
+import math
 import json
 import time
 import urllib.request
@@ -172,3 +173,57 @@ def test_scraper_against_reference_server(reference_server):
     assert rows["ttft_p50_s"].value > 0 and rows["itl_p99_s"].value >= rows["itl_p50_s"].value
     assert rows["ttft_p50_s"].labels == "engine=gpuprobe;model=tiny"
     assert "kv_cache_usage_pct" in rows and first[0].metric == "scrape_up"
+
+
+VLLM032 = "smollm2-135m"
+
+
+def _bump(text: str, changes: dict[str, float]) -> str:
+    """The fixture with some sample lines' values replaced: {line prefix: new value}."""
+    out = []
+    for line in text.splitlines():
+        for prefix, value in changes.items():
+            if line.startswith(prefix):
+                line = f"{line.rsplit(' ', 1)[0]} {value}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_vllm032_names_old_and_new_all_read():
+    """What vLLM 0.32 exported serving SmolLM2 (tests/fixtures/vllm032_metrics.txt)."""
+    snap = promtext.parse(fixture("vllm032_metrics.txt"))
+    names = {k[0] for k in snap.values} | {k[0] for k in snap.buckets}
+    assert names >= {"num_requests_waiting_capacity", "num_requests_waiting_deferred",
+                     "prefix_cache_queries_per_s", "prefix_cache_hits_per_s",
+                     "prompt_tokens_cached_per_s", "admission_rejections_per_s",
+                     "iteration_tokens", "prefill_kv_computed_tokens", "queue_time",
+                     "requests_stop_per_s", "requests_length_per_s", "requests_abort_per_s",
+                     "requests_error_per_s", "requests_finished_per_s"}
+    assert snap.values[("prompt_tokens_per_s", VLLM032)] == 49.0
+
+
+def test_finished_reasons_kept_apart_and_abort_not_finished():
+    rs = 'vllm:request_success_total{engine="0",finished_reason="%s",model_name="smollm2-135m"}'
+    before = fixture("vllm032_metrics.txt")
+    after = _bump(before, {rs % "stop": 11.0, rs % "length": 7.0, rs % "abort": 5.0,
+                           rs % "error": 1.0})
+    w = {k[0]: v for k, v in promtext.window(promtext.parse(before), promtext.parse(after), 2.0).items()}
+    # before: stop 1, length 3; in 2 s: 10 more stop, 4 more length, 5 aborted, 1 error
+    assert (w["requests_stop_per_s"], w["requests_length_per_s"]) == (5.0, 2.0)
+    assert (w["requests_abort_per_s"], w["requests_error_per_s"]) == (2.5, 0.5)
+    assert w["requests_finished_per_s"] == 7.0  # stop + length: aborts and errors never count
+
+
+def test_percentile_in_a_bucket_wider_than_itself_is_a_bound():
+    """vLLM's first queue-time bucket is 0-0.3 s: four waits of 0.03 ms in all. A midpoint
+    would read 0.15 s; the window says only 'below 0.3 s', and keeps the exact mean."""
+    qt = 'vllm:request_queue_time_seconds_'
+    text = fixture("vllm032_metrics.txt")
+    empty = _bump(text, {qt + "bucket": 0.0, qt + "sum": 0.0, qt + "count": 0.0})
+    w = {k[0]: v for k, v in promtext.window(promtext.parse(empty), promtext.parse(text), 5.0).items()}
+    assert w["queue_time_p50_below_s"] == 0.3 and w["queue_time_p99_below_s"] == 0.3
+    assert "queue_time_p50_s" not in w
+    assert w["queue_time_mean_s"] == pytest.approx(0.00012367399995127926 / 4)
+    # A bucket narrower than the value interpolates as before (rank 2.25 of 3: 0.406 s).
+    assert promtext.quantile_or_bound(0.75, {0.25: 1.0, 0.5: 3.0, math.inf: 3.0}) == (0.40625, False)
+    assert promtext.quantile_or_bound(0.5, {0.3: 4.0, 0.5: 4.0, math.inf: 4.0}) == (0.3, True)

@@ -48,19 +48,24 @@ def test_models_entry_carries_vocab_and_context(reference_server):
     assert (entry["vocab_size"], entry["max_model_len"]) == (512, 2048)
 
 
-@pytest.mark.timeout(300)  # the prefill sweep to 2,047 tokens took 107 s on a crowded machine
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # a whole profile: prefills up to 2,047 tokens, the mixed sweep
 def test_profile_reads_the_vocab_and_caps_the_sweep_at_the_context(reference_server, tmp_path,
                                                                     capsys):
     out = tmp_path / "p.json"
-    # --max-batch 2: the decode bursts are not this test's subject (64 streams took a minute)
+    # --max-batch 4: the decode bursts are not this test's subject (64 streams took a minute)
     rc, stdout, err = cli(capsys, "--store", str(tmp_path / "s.db"), "profile", "--target",
-                          reference_server, "--max-prompt", "100000", "--max-batch", "2",
+                          reference_server, "--max-prompt", "100000", "--max-batch", "4",
                           "--out", str(out))
     assert rc == 0, err
     assert "more than the server's context of 2048 tokens" in err and "up to 2047" in err
     assert json.loads(stdout)["workers"] == ["monolithic"]
-    prefill = json.loads(out.read_text())["workers"]["monolithic"]["prefill"]
-    assert prefill["x_max"] == 2047
+    prof = json.loads(out.read_text())
+    assert prof["workers"]["monolithic"]["prefill"]["x_max"] == 2047
+    # what the server says of its model: tiny's 4 layers x 2 KV heads x 32 dims, K and V, float32
+    assert (prof["kv_bytes_per_token"], prof["meta"]["model"]) == (2 * 4 * 2 * 32 * 4, "tiny")
+    assert prof["meta"]["max_model_len"] == 2048
+    assert prof["meta"]["mixed_step"] == prof["workers"]["monolithic"]["mixed_source"] == "measured"
 
 
 @pytest.mark.parametrize("argv,needle", [

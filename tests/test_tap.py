@@ -20,12 +20,25 @@ def sse(obj) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
+FINGERPRINT = "vllm-0.32.0-3f2a9c1d"
+
+
 class FakeUpstream:
-    """An OpenAI-style server with fixed ids and timestamps, so bytes can be compared; it adds
-    "usage":null to every chunk when include_usage is on (as OpenAI does), and can cut a stream."""
+    """An OpenAI-style server that streams chat as vLLM 0.32 does, with fixed ids and timestamps
+    so bytes can be compared: an opening chunk with the role and empty content, a chunk per
+    token, `system_fingerprint` on the finish chunk, or, when the client asked for usage, on the
+    usage chunk instead. It serves POST /tokenize (unless `tokenize` is off) and can cut a
+    stream."""
 
     def __init__(self):
-        self.bodies, self.headers, self.cut_after = [], [], None
+        self.bodies, self.headers, self.cut_after, self.tokenize = [], [], None, True
+
+    async def count(self, request):
+        if not self.tokenize:
+            raise web.HTTPNotFound()
+        body = await request.json()
+        return web.json_response({"count": 7 if body.get("messages") else 3, "max_model_len": 2048,
+                                  "tokens": list(range(7))})
 
     async def chat(self, request):
         body = await request.json()
@@ -39,20 +52,23 @@ class FakeUpstream:
         with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Upstream": "yes"})
         await resp.prepare(request)
+        head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"]}
+        await resp.write(sse({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                    "logprobs": None, "finish_reason": None}]}))
         for i in range(NUM_TOKENS):
-            chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"],
-                     "choices": [{"index": 0, "delta": {"content": "abcde"[i]},
-                                  "finish_reason": "stop" if i == NUM_TOKENS - 1 else None}]}
-            if with_usage:
-                chunk["usage"] = None
+            last = i == NUM_TOKENS - 1
+            chunk = {**head, "choices": [{"index": 0, "delta": {"content": "abcde"[i]},
+                                          "finish_reason": "stop" if last else None}]}
+            if last and not with_usage:
+                chunk["system_fingerprint"] = FINGERPRINT
             if self.cut_after is not None and i == self.cut_after:
                 request.transport.abort()  # upstream dies mid-stream: no closing chunk
                 return resp
             await resp.write(sse(chunk))
             await asyncio.sleep(0.005)
         if with_usage:
-            await resp.write(sse({"id": "c1", "object": "chat.completion.chunk", "created": 1,
-                                  "model": body["model"], "choices": [], "usage": usage}))
+            await resp.write(sse({**head, "choices": [], "usage": usage,
+                                  "system_fingerprint": FINGERPRINT}))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
@@ -69,6 +85,7 @@ async def with_tap(store, fn):
     fake = FakeUpstream()
     up_app = web.Application()
     up_app.router.add_post("/v1/chat/completions", fake.chat)
+    up_app.router.add_post("/tokenize", fake.count)
     up_runner, up_url = await start(up_app)
     tap = Tap(up_url, store, run_id="t1", host="h1")
     tap_runner, tap_url = await start(tap.app())
@@ -89,22 +106,26 @@ BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream":
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("client_usage", [False, True])
-def test_stream_bytes_identical_and_recorded(tmp_path, client_usage):
+@pytest.mark.parametrize("client_usage,tokenize", [(False, True), (True, True), (False, False)])
+def test_stream_bytes_identical_and_recorded(tmp_path, client_usage, tokenize):
     body = dict(BODY, **({"stream_options": {"include_usage": True}} if client_usage else {}))
 
     async def run(fake, client, up, tap):
+        fake.tokenize = tokenize
         return await post(client, up, body), await post(client, tap, body), fake.bodies
 
     with Store.open(tmp_path / "s.db") as store:
         direct, tapped, bodies = asyncio.run(with_tap(store, run))
         rec = store.requests(source="tap").iloc[0]
     assert tapped[0] == direct[0] == 200
-    assert tapped[2] == direct[2]  # the client's bytes are exactly what it would get directly
+    # Every byte of every chunk, the role chunk and the fingerprint included, is what the client
+    # gets directly, and upstream saw the client's own request.
+    assert tapped[2] == direct[2] and FINGERPRINT.encode() in tapped[2]
+    assert bodies[1] == bodies[0] == body
     assert tapped[1]["X-Upstream"] == "yes"
-    assert bodies[1]["stream_options"] == {"include_usage": True}  # asked upstream on the client's behalf
-    assert (rec.prompt_tokens, rec.output_tokens, rec.status) == (7, NUM_TOKENS, "ok")
-    assert len(json.loads(rec.token_times)) == NUM_TOKENS and rec.ttft_s > 0
+    prompt = None if rec.prompt_tokens is None or rec.prompt_tokens != rec.prompt_tokens else rec.prompt_tokens
+    assert (prompt, rec.output_tokens, rec.status) == ((7 if tokenize else None), NUM_TOKENS, "ok")
+    assert len(json.loads(rec.token_times)) == NUM_TOKENS and rec.ttft_s > 0  # the role chunk is no token
     assert rec.tbt_p50_s > 0.003 and rec.e2e_s >= rec.ttft_s and rec.run_id == "t1"
 
 
@@ -184,7 +205,6 @@ def test_tap_command_in_front_of_reference_server(reference_server, tmp_path):
         direct_text, direct_chunks = chat(reference_server)
         tapped_text, tapped_chunks = chat(f"http://127.0.0.1:{port}")
         assert tapped_text == direct_text and len(tapped_chunks) == len(direct_chunks)
-        assert all(c.usage is None for c in tapped_chunks)  # the usage chunk the tap added is gone
         # The server sends a chunk per completed character, so the tiny model's random bytes
         # make fewer chunks than tokens; the tap times the chunks that carry content.
         content_chunks = sum(1 for c in tapped_chunks if c.choices and c.choices[0].delta.content)
@@ -194,5 +214,9 @@ def test_tap_command_in_front_of_reference_server(reference_server, tmp_path):
     assert tap.returncode == 0, out
     with Store.open(store) as s:
         rec = s.requests(source="tap").iloc[0]
-    assert rec.status == "ok" and rec.output_tokens == 8 and rec.prompt_tokens > 0
-    assert len(json.loads(rec.token_times)) == content_chunks <= 8 and 0 < rec.ttft_s <= rec.e2e_s
+    # No usage in these streams (the client asked for none, and the tap asks nothing on its
+    # behalf): the prompt's length came from the server's /tokenize, the output's is the chunks
+    # that carried text (a lower bound: the server merges a token with no text into the next).
+    assert rec.status == "ok" and rec.prompt_tokens > 0
+    assert len(json.loads(rec.token_times)) == rec.output_tokens == content_chunks <= 8
+    assert 0 < rec.ttft_s <= rec.e2e_s

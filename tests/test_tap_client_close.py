@@ -78,7 +78,7 @@ def test_client_closing_at_done_is_recorded_and_raises_nothing(tmp_path, caplog)
     with Store.open(tmp_path / "s.db") as store:
         seen = asyncio.run(run(store))
         recs = store.requests(source="tap")
-    assert all(b'"content": "c"' in s and b'"usage"' not in s for s in seen)  # usage stripped
+    assert all(b'"content": "c"' in s and b'"usage"' in s for s in seen)  # passed on as sent
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
     assert len(recs) == 3 and (recs.status == "ok").all() and (recs.output_tokens == 3).all()

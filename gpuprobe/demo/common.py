@@ -34,7 +34,7 @@ class Settings:
 FULL = Settings(model="smollm2-135m", requests=40, rate_rps=1.0, token_scale=0.05, max_prompt=256,
                 max_batch=32, validate_requests=12, validate_layouts="monolithic,intra,cross",
                 validate_budget="6m", slo_ttft_s=3.0, slo_tbt_s=0.5,
-                plan_s=(("import", 5), ("serve", 20), ("replay", 45), ("profile", 60), ("forecast", 5),
+                plan_s=(("import", 5), ("serve", 20), ("replay", 45), ("profile", 70), ("forecast", 5),
                         ("recommend", 5), ("validate", 180), ("apply", 15), ("report", 20)))
 QUICK = Settings(model="tiny", requests=16, rate_rps=2.0, token_scale=0.03, max_prompt=64,
                  max_batch=16, validate_requests=6, validate_layouts="monolithic",

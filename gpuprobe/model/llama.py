@@ -107,8 +107,9 @@ class Attention(nn.Module):
         n = meta.num_decodes
         if n:
             # One padded call for all decodes: q [B, H, 1, D], k/v [B, Hkv, max_ctx, D].
-            kd = k_cache[meta.decode_slots].transpose(1, 2)
-            vd = v_cache[meta.decode_slots].transpose(1, 2)
+            # index_select on the flat slots: the same rows as k_cache[decode_slots], which
+            # (advanced indexing) took 4x as long on the CPU, a sixth of a batch-16 step.
+            kd, vd = (_gather(c, meta.decode_slots).transpose(1, 2) for c in (k_cache, v_cache))
             od = F.scaled_dot_product_attention(q[:n].unsqueeze(2), kd, vd,
                                                 attn_mask=meta.decode_mask, enable_gqa=True)
             out[:n] = od.squeeze(2)
@@ -117,7 +118,8 @@ class Attention(nn.Module):
             if p.start_pos == 0:  # the chunk's own K/V are the whole context
                 out[rows] = self._attend(q[rows], k[rows], v[rows], causal=True)
             else:
-                out[rows] = self._attend(q[rows], k_cache[p.ctx_slots], v_cache[p.ctx_slots],
+                out[rows] = self._attend(q[rows], k_cache.index_select(0, p.ctx_slots),
+                                         v_cache.index_select(0, p.ctx_slots),
                                          causal=False, offset=p.start_pos)
         return out
 
@@ -134,6 +136,11 @@ class Attention(nn.Module):
                                              v.transpose(0, 1), attn_mask=mask,
                                              is_causal=causal, enable_gqa=True)
         return out.transpose(0, 1)
+
+
+def _gather(cache: Tensor, slots: Tensor) -> Tensor:
+    """cache [slots, Hkv, D] at slots [B, S] -> [B, S, Hkv, D]."""
+    return cache.index_select(0, slots.reshape(-1)).view(*slots.shape, *cache.shape[1:])
 
 
 class FeedForward(nn.Module):

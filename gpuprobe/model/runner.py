@@ -24,8 +24,10 @@ def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype) -> int:
 
 
 def param_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's parameters (tied weights counted once)."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    """Bytes of weights a forward pass reads: the parameters (tied weights counted once) and
+    the CPU runner's transposed linear weights (cpu_linear.py), once each."""
+    return sum(t.numel() * t.element_size() for t in model.parameters()) + sum(
+        b.numel() * b.element_size() for n, b in model.named_buffers() if n.endswith("weight_t"))
 
 
 def blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: int,
@@ -89,6 +91,10 @@ class ModelRunner:
         self.device = torch.device(device)
         self.block_size = block_size
         self.model = model if model is not None else build_model(config, self.device, dtype)
+        if self.device.type == "cpu":
+            from gpuprobe.model.cpu_linear import use_cpu_linears
+
+            use_cpu_linears(self.model)
         with torch.inference_mode():
             self.kv_cache = torch.zeros(config.n_layers, 2, num_blocks, block_size,
                                         config.n_kv_heads, config.head_dim,

@@ -111,7 +111,7 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
                     decode_prompts=DECODE_PROMPTS, decode_tokens: int = DECODE_TOKENS,
                     reps: int = 4, timeout_s: float = 120.0, progress=None,
                     vocab: int | None = None, wake_gaps=WAKE_GAPS, wake_reps: int = WAKE_REPS,
-                    detail=None, keep_partial: bool = False) -> dict:
+                    detail=None, keep_partial: bool = False, mixed_prompts=()) -> dict:
     """Send the calibration load; returns {'prefill': [rec], 'decode': [(B, L, [rec])],
     'wake': [rec], 't0_s', 't1_s'} with replay-client records (ttft_s, token_times in s from
     send). The idle probes ('wake', each with its idle_s) come after t1_s, the end of the
@@ -184,16 +184,27 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
                                                {"prompt_tokens": n, "idle_s": gap}))
         if wake:
             note("idle probes")
-        return prefill, decode, _check(wake, "idle probes"), t_sweeps
+        _check(wake, "idle probes")
+        mixed = []
+        if mixed_prompts:
+            from gpuprobe.perf.mixed_sweep import MIXED_BATCH, mixed_runs, wait_for
+
+            batch = min(MIXED_BATCH, max(decode_batches))
+            mixed = await mixed_runs(session, base + "/v1/completions", body, mixed_prompts,
+                                     batch, wait_for(decode, batch))
+            note(f"mixed sweep: prompts of {', '.join(map(str, mixed_prompts))} tokens into "
+                 f"{batch} decoding streams")
+        return prefill, decode, wake, t_sweeps, mixed
 
     t0 = time.time()
     try:
-        prefill, decode, wake, t1 = asyncio.run(_session_run(base, go, timeout_s))
+        prefill, decode, wake, t1, mixed = asyncio.run(_session_run(base, go, timeout_s))
     except GpuprobeError:
         raise
     except Exception as exc:  # connection refused, DNS, timeouts: one line for the user
         raise GpuprobeError(f"cannot profile {base}: {type(exc).__name__}: {exc}") from None
-    return {"prefill": prefill, "decode": decode, "wake": wake, "t0_s": t0, "t1_s": t1, "cut": cut}
+    return {"prefill": prefill, "decode": decode, "wake": wake, "t0_s": t0, "t1_s": t1, "cut": cut,
+            "mixed": mixed}
 
 
 def client_prefill_points(cal: dict) -> tuple[np.ndarray, np.ndarray]:

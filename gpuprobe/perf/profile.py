@@ -50,6 +50,23 @@ def from_client(cal: dict, layout: str = "monolithic") -> Profile:
                    name=f"client-{layout}", meta={"source": "client", "layout": layout})
 
 
+def with_target(profile: Profile, cal: dict, served) -> Profile:
+    """A client profile plus what the server told of its model (served_model.ServedModel) and
+    the mixed sweep's slowdown of a decode step that a prefill shares (monolithic only: a split
+    layout's workers never mix). meta['mixed_step'] says 'measured' or 'assumed'."""
+    from gpuprobe.perf.mixed_sweep import mixed_factor, mixed_gaps
+
+    workers, mixed = dict(profile.workers), "assumed"
+    if "monolithic" in workers and cal.get("mixed"):
+        found = mixed_factor(workers["monolithic"], mixed_gaps(cal["mixed"]))
+        if found is not None:
+            workers["monolithic"] = replace(workers["monolithic"], mixed_factor=found[0],
+                                            mixed_source="measured")
+            mixed = "measured"
+    return replace(profile, workers=workers, kv_bytes_per_token=served.kv_bytes_per_token,
+                   meta={**profile.meta, **served.meta(), "mixed_step": mixed})
+
+
 def from_steps(steps: pd.DataFrame, requests: pd.DataFrame | None = None,
                threads: dict | None = None, link_requests: pd.DataFrame | None = None) -> dict:
     """{'workers': {key: StepCost}, 'links': {layout: Link}} from step (and server request) rows.

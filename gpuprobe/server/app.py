@@ -55,6 +55,7 @@ class ServerApp:
             web.post("/v1/completions", self.completions),
             web.post("/v1/chat/completions", self.chat),
             web.get("/v1/models", self.models),
+            web.post("/tokenize", self.tokenize),
             web.get("/health", self.health),
             web.get("/metrics", self.prom),
             web.get("/admin/layout", self.get_layout),
@@ -96,9 +97,33 @@ class ServerApp:
             return await stream(request, t, self.router, self.model)
         return await collect(t, self.router, self.model)
 
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's POST /tokenize: {"count", "max_model_len", "tokens"} for a completion's
+        `prompt` or a chat's `messages` (the tap asks it for streams sent without usage)."""
+        tok, m = self.model.tokenizer, self.model
+        try:
+            raw = await request.read()
+            body = await asyncio.to_thread(_parse_raw, raw, lambda b: b)
+            if not isinstance(body, dict):
+                raise oa.ApiError("request body must be a JSON object", None)
+            oa.check_model(body.get("model"), self.model.name)
+            one = {k: body[k] for k in ("prompt", "messages") if k in body} | {"max_tokens": 1}
+            if "messages" in one:
+                req = await asyncio.to_thread(oa.parse_chat, one, tok.apply_chat_template,
+                                              m.max_context, max_prompt_bytes=m.max_prompt_bytes)
+            else:
+                req = await asyncio.to_thread(oa.parse_completion, one, tok.encode, m.vocab_size,
+                                              m.max_context, max_prompt_bytes=m.max_prompt_bytes)
+        except oa.ApiError as exc:
+            return _error(exc)
+        ids = list(req.prompt_token_ids)
+        return web.json_response({"count": len(ids), "max_model_len": m.max_context,
+                                  "tokens": ids})
+
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response(oa.models_response(self.model.name, self.model.max_context,
-                                                    self.model.vocab_size))
+                                                    self.model.vocab_size,
+                                                    self.model.kv_bytes_per_token))
 
     async def health(self, request: web.Request) -> web.Response:
         active = self.router.active

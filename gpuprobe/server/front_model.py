@@ -15,6 +15,7 @@ class FrontModel:
     tokenizer: object  # gpuprobe.model.tokenizer.Tokenizer
     num_blocks: int  # KV blocks per worker
     max_context: int  # tokens: prompt + completion
+    kv_bytes_per_token: int = 0  # K and V of every layer in the workers' cache dtype
 
     @property
     def vocab_size(self) -> int:
@@ -52,7 +53,8 @@ def load_front_model(name: str, kv_cache_mb: int, block_size: int, device: str,
     if num_blocks < 1:
         raise UserError(f"--kv-cache-mb {kv_cache_mb}: too small for one KV block of {name}")
     return FrontModel(name, config, tokenizer, num_blocks,
-                      min(config.max_seq_len, num_blocks * block_size))
+                      min(config.max_seq_len, num_blocks * block_size),
+                      config.kv_bytes_per_token(dtype_bytes))
 
 
 def freeze_startup_heap() -> int:

@@ -105,6 +105,13 @@ class LayoutInstance:
         loop = asyncio.get_running_loop()
         peers = self._peer_pipes()
         self._attach_ring()
+        if any(spec.device == "cpu" for spec in self.specs):
+            # The workers' OpenMP threads wait asleep, not spinning: on a host whose cores are
+            # shared (the front, a load client, other work) a spinning team stalls at every
+            # barrier for a descheduled thread. A decode step of smollm2-135m on 2 threads
+            # under a load average of 12 took 2.1 s spinning, 0.22 s passive (1 thread: 0.23).
+            # Read by libgomp when torch loads, so set before the spawn; the user's value wins.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         for spec in self.specs:
             front, child = _CTX.Pipe()
             proc = _CTX.Process(target=worker_main, args=(spec, child, peers.get(spec.role)),

@@ -259,9 +259,13 @@ def check_model(requested: str, served: str) -> None:
                        code="model_not_found")
 
 
-def models_response(model: str, max_context: int, vocab_size: int) -> dict:
+def models_response(model: str, max_context: int, vocab_size: int,
+                    kv_bytes_per_token: int = 0) -> dict:
     """GET /v1/models. Besides OpenAI's fields: max_model_len (vLLM's name) and vocab_size,
-    so a client sending token-id prompts knows which ids are valid."""
-    return {"object": "list", "data": [{"id": model, "object": "model", "created": 0,
-                                        "owned_by": "gpuprobe", "max_model_len": max_context,
-                                        "vocab_size": vocab_size}]}
+    so a client sending token-id prompts knows which ids are valid, and kv_bytes_per_token,
+    which `profile --target` records (what a cross layout ships per prompt token)."""
+    entry = {"id": model, "object": "model", "created": 0, "owned_by": "gpuprobe",
+             "max_model_len": max_context, "vocab_size": vocab_size}
+    if kv_bytes_per_token:
+        entry["kv_bytes_per_token"] = kv_bytes_per_token
+    return {"object": "list", "data": [entry]}

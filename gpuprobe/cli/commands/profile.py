@@ -11,7 +11,8 @@ HELP = "measure or derive the cost model (prefill/decode step curves, overheads)
 MAX_PROMPT = 1024
 MAX_BATCH = 64  # the calibration's largest decode burst by default (calibrate.DECODE_BATCHES)
 # The flags that apply to one source only; given with another, they are refused.
-MODE_FLAGS = {"target": ("layout", "max_prompt", "max_batch", "vocab"), "from_store": ("run",),
+MODE_FLAGS = {"target": ("layout", "max_prompt", "max_batch", "vocab", "kv_bytes_per_token",
+                        "max_model_len", "model_config"), "from_store": ("run",),
               "spec": ("model_shape", "prefill_gpu", "decode_gpu", "engine", "engine_version",
                        "tp", "prefill_tp", "decode_tp", "gpu_memory_utilization")}
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -42,6 +43,14 @@ def add_arguments(p) -> None:
                         f"extrapolated")
     p.add_argument("--vocab", type=positive_int, metavar="N",
                    help="--target: token ids below this (default: ask the server)")
+    p.add_argument("--kv-bytes-per-token", type=positive_int, metavar="N",
+                   help="--target: KV cache bytes per token (2 x layers x KV heads x head dim x "
+                        "dtype bytes), where neither the server nor the model's config.json says")
+    p.add_argument("--max-model-len", type=positive_int, metavar="N",
+                   help="--target: the served context length, where /v1/models does not say")
+    p.add_argument("--model-config", metavar="PATH",
+                   help="--target: the model's config.json (or its folder), where the server's "
+                        "/v1/models root is not a path on this host")
     p.add_argument("--model-shape", help="--spec: model shape: llama3-8b (Llama-3.1-8B, the "
                                          "default) or llama3-70b")
     p.add_argument("--engine", choices=(*ENGINES, "roofline"), default=None,
@@ -91,6 +100,8 @@ def _build(args):
     from gpuprobe.errors import UserError
     from gpuprobe.perf.calibrate import (DECODE_PROMPTS, decode_batches_for, prefill_sizes_for,
                                          run_calibration, server_model)
+    from gpuprobe.perf.mixed_sweep import MIXED_PROMPTS
+    from gpuprobe.perf.served_model import describe
 
     def say(msg: str) -> None:
         print(f"[profile] {msg}", file=sys.stderr, flush=True)
@@ -103,19 +114,34 @@ def _build(args):
         # and 2 streams at two prompt lengths are the fewest that determine them
         raise UserError(f"--max-batch must be >= 2 (the decode fit needs two batch sizes), "
                         f"got {args.max_batch}")
-    context = server_model(args.target).get("max_model_len")
-    limit = context - 1 if isinstance(context, int) else max_prompt  # room for one output token
+    entry = server_model(args.target)
+    if not entry:
+        from gpuprobe.errors import GpuprobeError
+        raise GpuprobeError(f"cannot profile {args.target}: GET /v1/models names no model "
+                            f"(is the server up?)")
+    served = describe(args.target, entry, args.kv_bytes_per_token, args.max_model_len,
+                      args.model_config)
+    context = served.max_model_len
+    say(f"model {served.model}: context {context} tokens, KV {served.kv_bytes_per_token} bytes "
+        f"per token (from {served.kv_source})")
+    limit = context - 1  # room for one output token
     if max_prompt > limit:
         say(f"--max-prompt {max_prompt} is more than the server's context of {context} tokens "
             f"allows; sweeping prefills up to {limit} (one token is left for the output)")
     sizes = prefill_sizes_for(max_prompt, min(max_prompt, limit))
     batches = decode_batches_for(args.max_batch or MAX_BATCH)
+    layout = args.layout or "monolithic"
+    mixed = tuple(n for n in MIXED_PROMPTS if n <= sizes[-1]) or (sizes[-1],)
+    mixed = mixed if layout == "monolithic" else ()  # split workers never share a step
     say(f"plan: prefill sweep of {len(sizes)} sizes up to {sizes[-1]} tokens x 4, decode bursts of "
         f"{', '.join(map(str, batches))} streams at each of {', '.join(map(str, DECODE_PROMPTS))} "
-        f"prompt tokens, idle probes")
+        f"prompt tokens, idle probes" + (", mixed sweep" if mixed else ""))
     cal = run_calibration(args.target, vocab=args.vocab, prefill_sizes=sizes,
-                          decode_batches=batches, progress=say, detail=say, keep_partial=True)
-    profile = prof.from_client(cal, args.layout or "monolithic")
+                          decode_batches=batches, progress=say, detail=say, keep_partial=True,
+                          mixed_prompts=mixed)
+    profile = prof.with_target(prof.from_client(cal, layout), cal, served)
+    say(f"mixed-step slowdown {profile.meta['mixed_step']}: factor "
+        f"{profile.workers[next(iter(profile.workers))].mixed_factor:.2f}")
     if cal["cut"]:  # kept in the profile: its decode fit stops short of --max-batch
         from dataclasses import replace
         profile = replace(profile, meta={**profile.meta, "decode_bursts_cut": cal["cut"]})

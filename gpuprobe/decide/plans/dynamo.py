@@ -15,10 +15,13 @@ SOURCES = (
     "https://docs.nvidia.com/dynamo/v1.6.2/reference/backends/v-llm-configuration "
     "(python -m dynamo.vllm --disaggregation-mode prefill|decode; every vLLM engine argument)",
     "https://github.com/ai-dynamo/dynamo/blob/main/examples/backends/vllm/launch/disagg.sh "
-    "(python -m dynamo.frontend, --kv-transfer-config NixlConnector kv_both, DYN_SYSTEM_PORT)",
+    "(python -m dynamo.frontend, --kv-transfer-config NixlConnector, DYN_SYSTEM_PORT)",
+    "vLLM v0.32.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/connector.py (kv_role "
+    "kv_both with NixlConnector is deprecated: kv_producer for prefill, kv_consumer for decode)",
 )
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.2"
-KV_BOTH = kv_config("kv_both")  # Dynamo's vLLM examples use kv_both on both sides
+# Dynamo's examples used kv_both on both sides; vLLM 0.32 deprecates that for NixlConnector.
+KV_ROLE = {"prefill": kv_config("kv_producer"), "decode": kv_config("kv_consumer")}
 
 
 def _engine_args(d: Deployment) -> list[str]:
@@ -57,17 +60,17 @@ def build(rec: Recommendation, model: str, total_sms: int) -> Plan:
             files["dynamo_graph.yaml"] = graph(rec, model, {
                 "VllmPrefillWorker": ("prefill", d.num_prefill,
                                       ["--disaggregation-mode", "prefill",
-                                       "--kv-transfer-config", KV_BOTH]),
+                                       "--kv-transfer-config", KV_ROLE["prefill"]]),
                 "VllmDecodeWorker": ("decode", d.num_decode,
                                      ["--disaggregation-mode", "decode",
-                                      "--kv-transfer-config", KV_BOTH])})
+                                      "--kv-transfer-config", KV_ROLE["decode"]])})
         k = 0
         for role, ids, pct in split.sides(d):
             for i, dev in enumerate(ids):
                 extra = (("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)),) if pct else ()
                 workers.append(_worker(f"{role} worker {i} (GPU {dev})", model, dev, 8081 + k,
                                        ["--disaggregation-mode", role,
-                                        "--kv-transfer-config", KV_BOTH],
+                                        "--kv-transfer-config", KV_ROLE[role]],
                                        extra + (("VLLM_NIXL_SIDE_CHANNEL_PORT", str(20097 + k)),)))
                 k += 1
         n_p, n_d = (d.num_prefill, d.num_decode) if d.layout == "cross" else (1, 1)

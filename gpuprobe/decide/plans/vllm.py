@@ -8,15 +8,15 @@ from gpuprobe.decide.plans import split
 from gpuprobe.decide.plans.plan import Plan, Process
 from gpuprobe.decide.recommendation import Recommendation
 
-VERSION = "v0.12.0"
+VERSION = "v0.32.0"  # every `vllm serve` line is parsed by this version's own parser in the tests
 SOURCES = (
-    "https://docs.vllm.ai/en/v0.12.0/configuration/engine_args/ (--enable-chunked-prefill, "
+    "https://docs.vllm.ai/en/v0.32.0/configuration/engine_args/ (--enable-chunked-prefill, "
     "--max-num-batched-tokens, --max-num-seqs, --data-parallel-size, --kv-transfer-config, "
     "--gpu-memory-utilization)",
-    "https://docs.vllm.ai/en/v0.12.0/features/nixl_connector_usage/ (NixlConnector, kv_role "
+    "https://docs.vllm.ai/en/v0.32.0/features/nixl_connector_usage/ (NixlConnector, kv_role "
     "kv_producer/kv_consumer, VLLM_NIXL_SIDE_CHANNEL_PORT/HOST, UCX_NET_DEVICES, "
     "toy_proxy_server.py)",
-    "https://docs.vllm.ai/en/v0.12.0/serving/data_parallel_deployment/ (--data-parallel-size)",
+    "https://docs.vllm.ai/en/v0.32.0/serving/data_parallel_deployment/ (--data-parallel-size)",
 )
 PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"  # in the vLLM repository
 
