@@ -284,17 +284,16 @@ def test_done_when_agent_beside_reference_server(reference_server, tmp_path):
     proc, url = start_agent("--store", str(db), "--scrape", reference_server + "/metrics",
                             "--interval-scrape", "1")
     body = {"model": "tiny", "prompt": "hello", "max_tokens": 6, "temperature": 0}
-    for _ in range(3):
-        req = urllib.request.Request(reference_server + "/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        urllib.request.urlopen(req, timeout=60).read()
 
     def sampled():  # the engine's rates scraped while it served, and 8 host readings
+        req = urllib.request.Request(reference_server + "/v1/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=60).read()  # serving until then: a rate between scrapes
         with Store.open(db, read_only=True) as store:
             return len(store.samples("cpu_util_pct", source="host")) >= 8 and \
                 store.samples("generation_tokens_per_s", source="engine").value.max() > 0 and \
                 store.samples("ttft_p50_s", source="engine").value.max() > 0
-    wait_for(sampled, "the engine's rates and 8 host readings in the store", 60)
+    wait_for(sampled, "the engine's rates and 8 host readings in the store", 90, every_s=0.5)
     _, text = counters(url)
     proc.send_signal(signal.SIGTERM)
     out = proc.communicate(timeout=40)[0]

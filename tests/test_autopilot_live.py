@@ -62,16 +62,27 @@ def server(tmp_path_factory):
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
-    # one sequence at a time: the backlog test's 600-token answers are more than it finishes
-    # in time on any 2-core machine (the tiny model's decode step is ~1.5 ms at best)
     srv = start_server("tiny", "monolithic", store=str(tmp / "s.db"), max_queue_wait="0",
-                       max_num_seqs=1,
                        cross_decode_addr=f"127.0.0.1:{blocker.getsockname()[1]}",
                        admin_token_file=str(tmp / "token"), log_path=str(tmp / "log"))
     srv.db = str(tmp / "s.db")
     yield srv
     srv.stop()
     blocker.close()
+
+
+@pytest.fixture()
+def one_at_a_time(tmp_path):
+    """A server that runs one sequence at a time: the backlog test's 600-token answers are
+    more than it finishes in time on any 2-core machine (the tiny model's decode step is
+    ~1.5 ms at best)."""
+    (tmp_path / "token").write_text(TOKEN)
+    srv = start_server("tiny", "monolithic", store=str(tmp_path / "s.db"), max_queue_wait="0",
+                       max_num_seqs=1, admin_token_file=str(tmp_path / "token"),
+                       log_path=str(tmp_path / "log"))
+    srv.db = str(tmp_path / "s.db")
+    yield srv
+    srv.stop()
 
 
 def _shift_workload(seed=1):
@@ -207,16 +218,15 @@ def test_switches_once_after_the_shift_and_no_request_fails(server, profile):
     assert events.reason.iloc[0].startswith("switch monolithic -> intra@0.5")
 
 
-def test_a_backlog_is_load_and_the_shift_under_it_is_acted_on(server, profile):
+def test_a_backlog_is_load_and_the_shift_under_it_is_acted_on(one_at_a_time, profile):
     """The first half's 600-token answers are more than the server, one sequence at a time,
     finishes in time: the shift to prefill-heavy arrives while it still works through them.
     The autopilot reads arrivals, not finished requests: every decision while requests were in
     flight logs their load (never "no traffic" or an empty window), and it switches."""
-    _reset(server)
     lengths = pd.DataFrame({"prompt_tokens": [8, 1000], "output_tokens": [600, 16]})
     wl = synthesize(RATE, SHIFT + 10.0, lengths, mix_shift=("decode-heavy", "prefill-heavy"),
                     shift_at_s=SHIFT, seed=1)
-    dec, events, res, rows, lines = _drive(server, profile, wl, SHIFT_POLICY)
+    dec, events, res, rows, lines = _drive(one_at_a_time, profile, wl, SHIFT_POLICY)
     log = "\n".join(lines)
     assert res.status_counts() == {"ok": len(res.records)}, res.status_counts()
     loads = [json.loads(f).get("load") or {} for f in dec.forecast]

@@ -55,6 +55,17 @@ class AgentThread:
         self.store.close()
 
 
+def _phases_seen(src, t0: float, t2: float) -> str:
+    """What the report's phases were made of (its bucket, each bucket's prefill share and GPU
+    readings), for a failure to explain itself."""
+    bucket = min(60.0, max((t2 - t0) / 6, 1.0))
+    mix = bucket_mix(src.api, t0, t2, bucket)
+    gpu = src.downsample("sm_util_pct", t0, t2, max_points=max(1, round((t2 - t0) / bucket)))
+    return (f"bucket {bucket:.2f} s; shares at {(mix.ts_s - t0).round(2).tolist()}: "
+            f"{mix.prefill_token_share.round(3).tolist()}; GPU readings at "
+            f"{sorted(set((gpu.ts_s - t0).round(2)))}")
+
+
 def _post(url: str, body: dict) -> dict:
     req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as resp:
@@ -196,7 +207,8 @@ def test_fleet_through_prometheus(tmp_path):
                                   "--source", f"prometheus=http://127.0.0.1:{port}", "--since", f"{t0:.3f}",
                                   "--until", f"{t2:.3f}", "--json"], capture_output=True, text=True)
             assert out.returncode == 0, out.stderr
-            assert "GPU counters beside served requests" not in json.loads(out.stdout)["missing"]
+            assert "GPU counters beside served requests" not in json.loads(out.stdout)["missing"], \
+                _phases_seen(src, t0, t2)
             page = (tmp_path / "r.html").read_text()
             assert "<td>sm_util_pct</td><td class=\"num\">70.5</td>" in page  # the fake GPUs: 70 and 71
 

@@ -109,6 +109,12 @@ class ServerMetrics:
         self._m = model_name
         for reason in FINISHED_REASONS:  # vLLM exposes every reason from the start, at 0
             self._success.labels(model_name, reason)
+        # and its counters and histograms: a scraper then has a first reading to take a rate or
+        # a windowed percentile from (the agent takes none from a series that first shows up
+        # already counted)
+        for metric in (self._prompt, self._gen, self._arrived, self._ttft, self._itl, self._e2e,
+                       self._iter, self._req_prompt, self._req_gen, self._queue):
+            metric.labels(model_name)
 
     def set_queue(self, running: int, waiting: int) -> None:
         self._running.labels(self._m).set(running)
