@@ -8,9 +8,7 @@ decode loop runs on; the send side's is the prefill worker's. Thread CPU time, m
 """
 from __future__ import annotations
 
-import argparse
 import io
-import os
 import socket
 import threading
 import time
@@ -18,6 +16,7 @@ import time
 import numpy as np
 import torch
 
+import pin
 from gpuprobe.server import kv_transfer as K
 
 SHAPES = {  # name: (layers, kv heads, head dim, dtype): 2 * product * itemsize bytes per token
@@ -65,12 +64,7 @@ def measure(dump, kv, reps: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=40)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, like a pinned worker
+    args = pin.args_like_a_worker()
     print(f"{'model':28} {'tokens':>6} {'KiB':>7} {'recv torch':>10} {'recv raw':>9} {'ratio':>6}"
           f" {'send torch':>10} {'send raw':>9} {'ratio':>6}   (ms CPU per message)")
     for name, (layers, heads, dim, dtype) in SHAPES.items():

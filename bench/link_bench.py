@@ -8,8 +8,6 @@ medians of --reps.
 """
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import socket
 import subprocess
@@ -20,6 +18,7 @@ import time
 import numpy as np
 import torch
 
+import pin
 from gpuprobe.server import kv_transfer as K
 from gpuprobe.server.link_auth import LinkConfig, connect
 from gpuprobe.server.link_limits import LinkLimits
@@ -89,12 +88,7 @@ def setup_s(reps: int, server_cfg: LinkConfig | None, client_cfg: LinkConfig | N
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=40)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, like a worker
+    args = pin.args_like_a_worker()
     print(f"{'smollm2-135m KV':16} {'tokens':>6} {'MiB':>6} {'unchecked':>10} {'checked':>9} "
           f"{'ratio':>6}   (ms receive CPU per message)")
     for n in (32, 320, 744):

@@ -26,7 +26,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuprobe.cli import argtypes
+from gpuprobe import argtypes
 from gpuprobe.errors import UserError
 
 

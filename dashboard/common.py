@@ -1,8 +1,8 @@
 """What every page shares: the store (opened read-only once per process), the data version that
 keys every cache, and the "what is missing, and the command that fills it" line.
 
-Reads go through `cached(fn, *args)`: results are kept by Streamlit's cache under the store's
-path and data version, so a page redrawn with no new data reads nothing, and any new row (a
+Reads go through `cached(queries.fn, *args)`: results are kept by Streamlit's cache under the
+store's path and data version, so a page redrawn with no new data reads nothing, and any new row (a
 sample, a request, a recommendation) invalidates every cached read at once.
 """
 from __future__ import annotations
@@ -51,15 +51,16 @@ def version() -> tuple:
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _cached(path: str, ver: tuple, fn_name: str, args: tuple):
-    from gpuprobe.dashboard import queries
-    return getattr(queries, fn_name)(_open(path), *args)
+def _cached(path: str, ver: tuple, name: str, args: tuple, _fn):
+    # _fn is left out of the cache key (Streamlit skips parameters named with a leading
+    # underscore); its qualified name stands for it.
+    return _fn(_open(path), *args)
 
 
-def cached(fn_name: str, *args):
-    """queries.<fn_name>(store, *args), cached until the store gains data."""
+def cached(fn, *args):
+    """fn(store, *args) (a function of dashboard/queries.py), cached until the store gains data."""
     require_store()
-    return _cached(store_path(), version(), fn_name, args)
+    return _cached(store_path(), version(), f"{fn.__module__}.{fn.__qualname__}", args, fn)
 
 
 MAX_POINTS = 2000  # a series' points at most, downsampled inside the store

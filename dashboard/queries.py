@@ -1,7 +1,7 @@
 """The pages' reads: store -> plain data (DataFrames, dicts), no Streamlit, so each is cached by
 `common.cached` and tested on its own. Every time series is downsampled in the store (at most
-`max_points` buckets a series). Each function holds the store's lock: one read-only connection
-serves every browser session's thread.
+`max_points` buckets a series). Each function holds the store for its reads (`Store.reading`):
+one read-only connection serves every browser session's thread.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pandas as pd
 
 from gpuprobe.decide.recommendation import Recommendation, latest_recommendation, load_recommendation
 from gpuprobe.errors import UserError
+from gpuprobe.perf.metrics import Slo
 from gpuprobe.store import reads
 
 # (metric, source or None, title, scale, unit): the Live page's counter panels, in order.
@@ -30,14 +31,15 @@ ENGINE_PANELS = (("num_requests_running", "engine", "Engine: requests running", 
                  ("ttft_p99_s", "engine", "Engine: TTFT p99", 1e3, "ms"),
                  ("itl_p99_s", "engine", "Engine: TBT (ITL) p99", 1e3, "ms"))
 ALERT_KINDS = ("gpu_lost", "samples_dropped")
-DEFAULT_TBT_SLO_S = 0.2  # gpuprobe.perf.metrics.Slo's default, when no recommendation says
+DEFAULT_TBT_SLO_S = Slo().tpot_s  # the alert's target when no recommendation names one
 
 
 def _locked(fn):
     def run(store, *args):
-        with store._lock:
+        with store.reading():
             return fn(store, *args)
-    run.__name__ = fn.__name__
+    run.__name__ = run.__qualname__ = fn.__name__
+    run.__doc__ = fn.__doc__
     return run
 
 
@@ -120,9 +122,8 @@ def overview(store) -> dict:
         latest, unreadable = latest_recommendation(store), None
     except UserError as exc:  # a row written by hand: the page says so instead of failing
         latest, unreadable = None, str(exc)
-    counts = {t: store._conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-              for t in ("requests", "steps", "workloads", "recommendations", "forecasts",
-                        "validations", "decisions")}
+    counts = reads.table_counts(store, ("requests", "steps", "workloads", "recommendations", "forecasts",
+                                        "validations", "decisions"))
     return {"hosts": hosts, "gpus": gpus.reset_index(drop=True), "engines": engines,
             "serve_runs": serves[["run_id", "host", "started_s", "ended_s", "meta"]].reset_index(drop=True),
             "current": current, "recommendation": latest, "recommendation_error": unreadable,
@@ -136,16 +137,13 @@ def alerts(store, tbt_slo_s: float | None = None, window_s: float = 300.0) -> li
     the TBT SLO at risk: the 90th percentile of per-request median TBT over the newest
     `window_s` of served requests at 80% or more of the target."""
     out = []
-    ev = store._read("SELECT ts_s, host, device, kind, message FROM events WHERE kind IN "
-                     f"({', '.join('?' * len(ALERT_KINDS))}) ORDER BY ts_s DESC LIMIT 20", ALERT_KINDS)
-    for r in ev.itertuples():
+    for r in reads.latest_events(store, ALERT_KINDS, limit=20).itertuples():
         out.append({"level": "error" if r.kind == "gpu_lost" else "warning", "kind": r.kind,
                     "ts_s": float(r.ts_s), "text": f"{r.host}: {r.message}"})
     target = tbt_slo_s or DEFAULT_TBT_SLO_S
     req_span = reads.request_span(store)
     if req_span:
-        tbt = store._read("SELECT tbt_p50_s FROM requests WHERE arrival_s >= ? AND status = 'ok' "
-                          "AND tbt_p50_s IS NOT NULL", (req_span[1] - window_s,))["tbt_p50_s"]
+        tbt = reads.request_tbt_p50s(store, req_span[1] - window_s)
         if len(tbt) and (p90 := float(np.quantile(tbt, 0.9))) >= 0.8 * target:
             level = "error" if p90 > target else "warning"
             out.append({"level": level, "kind": "tbt_slo", "ts_s": req_span[1],
@@ -197,19 +195,14 @@ def validations(store) -> pd.DataFrame:
 
 @_locked
 def validation_body(store, pk: int) -> dict:
-    row = store._conn.execute("SELECT body FROM validations WHERE pk = ?", (int(pk),)).fetchone()
-    return json.loads(row[0]) if row and row[0] else {}
+    return reads.validation_body(store, pk)
 
 
 @_locked
 def forecast_ids(store) -> pd.DataFrame:
     """One row per stored forecast: forecast_id, workload, created_s, as_of_s, bucket_s,
     horizon_s, metrics, models (newest first)."""
-    return store._read(
-        "SELECT forecast_id, workload, MAX(created_s) AS created_s, MAX(as_of_s) AS as_of_s, "
-        "MAX(bucket_s) AS bucket_s, MAX(horizon_s) AS horizon_s, "
-        "GROUP_CONCAT(DISTINCT metric) AS metrics, GROUP_CONCAT(DISTINCT model) AS models "
-        "FROM forecasts GROUP BY COALESCE(forecast_id, CAST(created_s AS TEXT)) ORDER BY created_s DESC")
+    return reads.forecast_index(store)
 
 
 @_locked

@@ -60,9 +60,10 @@ def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True,
         "workload": "wl-shift", "layout": "intra", "prefill_share": 0.7, "params": {"prefill_share": 0.7},
         "confidence": 0.8, "confidence_label": "high", "margin": 0.18, "max_goodput_rps_per_device": 3.25,
         "slo": {"ttft_s": 2.0, "tbt_s": 0.1},
-        "candidates": [{"layout": "monolithic", "params": {}, **cand, "max_goodput_rps_per_device": 2.75},
-                       {"layout": "intra", "params": {"prefill_share": 0.7}, **cand,
+        # best first, as recommend stores them (decide.rank)
+        "candidates": [{"layout": "intra", "params": {"prefill_share": 0.7}, **cand,
                         "max_goodput_rps_per_device": 3.25},
+                       {"layout": "monolithic", "params": {}, **cand, "max_goodput_rps_per_device": 2.75},
                        {"layout": "cross", "params": {"num_prefill": 1, "num_decode": 1}, **cand,
                         "max_goodput_rps_per_device": 1.5}],
         "reasons": [{"text": "prompt:output ratio 5.2 moves to 0.1 at 300 s", "evidence": {"ratio": 5.2}}]})

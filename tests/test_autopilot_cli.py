@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from gpuprobe.cli.main import main
+from cli_run import run_cli as _main
 from gpuprobe.perf.roofline import roofline_profile
 from gpuprobe.server.kv_transfer import free_port
 from gpuprobe.store import Store
@@ -63,15 +63,6 @@ def test_unreachable_target_and_sigterm(setup):
         decisions = s.decisions(url)
     # the last decision's outcome is filled in (partial: it was stopped)
     assert json.loads(decisions.outcome.iloc[-1])["partial"] is True
-
-
-def _main(capsys, *args):
-    try:
-        rc = main(list(args))
-    except SystemExit as exc:  # argparse's own errors
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_bad_flags_one_line_exit_2(setup, capsys):

@@ -60,16 +60,11 @@ def test_forecast_next_forecasts_from_history_or_says_why_not():
     """With gpuprobe.forecast installed, the next interval comes from its forecast of the
     history (after the shift: the long prompts); without it, the window itself, and the
     audit log's source says the forecaster is missing."""
-    import importlib.util
-
     from gpuprobe.autopilot.inputs import forecast_next
     hist = synthesize(3.0, 60.0, LENGTHS, mix_shift=("decode-heavy", "prefill-heavy"), shift_at_s=40.0, seed=1)
     win = hist[hist.arrival_s >= 57.0].assign(arrival_s=lambda d: d.arrival_s - d.arrival_s.min())
     wl, summary = forecast_next(win, 3.0, 1.5, hist, 1.5)
     assert summary["window_requests"] == len(win)
-    if importlib.util.find_spec("gpuprobe.forecast") is None:
-        assert summary["source"].endswith("gpuprobe.forecast is not installed") and wl is win
-    else:
-        assert summary["source"] == "gpuprobe.forecast" and wl.prompt_tokens.mean() > 300
+    assert summary["source"] == "gpuprobe.forecast" and wl.prompt_tokens.mean() > 300
     wl, summary = forecast_next(win, 3.0, 1.5, None)
     assert summary["source"].startswith("persistence") and wl is win

@@ -5,16 +5,13 @@ import time
 
 import pytest
 
+from cli_run import run_cli
 from gpuprobe.cli.main import build_parser, main
 from gpuprobe.perf.roofline import roofline_profile
 
 
 def cli(capsys, *argv):
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's own one-line errors
-        rc = exc.code
-    err = capsys.readouterr().err
+    rc, _, err = run_cli(capsys, *argv)
     return rc, [ln for ln in err.splitlines() if ln.strip()]
 
 

@@ -25,6 +25,7 @@ import pytest
 
 from link_fuzz import EXPECTED, KV_BYTES_PER_TOKEN, hostile
 from netns import delete_netns, make_netns
+from sse_read import sse_objects
 
 from gpuprobe.cli.main import main
 from gpuprobe.server import kv_transfer as K
@@ -108,11 +109,7 @@ async def _stream(s, url: str, prompt, max_tokens: int, progress: list | None = 
     out = {"ids": [], "error": None, "rid": None}
     async with s.post(url + "/v1/completions", json=body) as r:
         assert r.status == 200, await r.text()
-        async for raw in r.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            obj = json.loads(line[6:])
+        async for obj in sse_objects(r):
             if "error" in obj:
                 out["error"] = obj["error"]
                 continue

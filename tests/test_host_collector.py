@@ -12,22 +12,44 @@ def metric_rows(rows, metric):
     return [r for r in rows if r.metric == metric]
 
 
+class RecordingPsutil:
+    """The real psutil, passed through, keeping the disk counters each call returned, so a
+    test knows what the collector read."""
+
+    def __init__(self):
+        import psutil
+        self._ps, self.disk = psutil, []
+
+    def __getattr__(self, name):
+        return getattr(self._ps, name)
+
+    def disk_io_counters(self, **kw):
+        self.disk.append(self._ps.disk_io_counters(**kw))
+        return self.disk[-1]
+
+
 def test_cpu_memory_and_rates():
     import psutil
 
-    host = HostCollector(host="h1")
-    first = host.collect(time.time())
+    ps = RecordingPsutil()
+    host = HostCollector(psutil=ps, host="h1")
+    t0 = time.time()
+    first = host.collect(t0)
     assert not metric_rows(first, "disk_read_bytes_per_s")  # a rate needs two readings
     time.sleep(0.2)
-    rows = host.collect(time.time())
+    rows = host.collect(t0 + 0.25)  # the rate is over the times collect() is given
     per_cpu = [r for r in metric_rows(rows, "cpu_util_pct") if r.device != "cpu"]
     assert len(per_cpu) == psutil.cpu_count()
     assert all(0.0 <= r.value <= 100.0 for r in per_cpu)
     total = metric_rows(rows, "mem_total_bytes")[0].value
     assert total == psutil.virtual_memory().total
     assert 0 < metric_rows(rows, "mem_used_bytes")[0].value <= total
-    if psutil.disk_io_counters() is not None:
-        assert metric_rows(rows, "disk_write_bytes_per_s")[0].value >= 0
+    if ps.disk[-1] is not None:  # a machine without block devices has no disk counters
+        before, after = ps.disk
+        assert metric_rows(rows, "disk_write_bytes_per_s")[0].value == \
+            pytest.approx((after.write_bytes - before.write_bytes) / 0.25)
+        assert metric_rows(rows, "disk_read_bytes_per_s")[0].value == \
+            pytest.approx((after.read_bytes - before.read_bytes) / 0.25)
     assert all(r.source == "host" and r.host == "h1" for r in rows)
 
 

@@ -51,7 +51,11 @@ def test_plan_writes_files_and_runs_nothing(tmp_path, engine, layout, capsys):
     subprocess.run(["bash", "-n", str(out / "launch.sh")], check=True)
     if engine == "dynamo" and layout != "intra":
         assert "dynamo_graph.yaml" in names
-    if layout == "cross" and engine != "gpuprobe":  # recommend's num_prefill/num_decode: 2P3D
+    if layout == "cross" and engine == "vllm":  # 2P3D: one server a side, its DP the workers
+        dp = {p["name"].split()[0]: p["argv"][p["argv"].index("--data-parallel-size") + 1]
+              for p in plan["processes"] if "--data-parallel-size" in p["argv"]}
+        assert dp == {"prefill": "2", "decode": "3"}
+    elif layout == "cross" and engine != "gpuprobe":  # a process per worker
         assert sum(" prefill " in f" {p['name']} " for p in plan["processes"]) == 2
         assert sum(" decode " in f" {p['name']} " for p in plan["processes"]) == 3
     if engine == "gpuprobe":

@@ -23,6 +23,9 @@ DEPLOYMENTS = {
     "cross-1p1d-nvlink": Deployment("cross", link="nvlink"),
     "cross-2p3d-ib": Deployment("cross", num_prefill=2, num_decode=3, link="ib"),
     "cross-1p2d-tcp": Deployment("cross", num_decode=2, link="tcp"),
+    "mono-tp2-x4": Deployment("monolithic", 2048, tp=2, replicas=4),
+    "cross-2p1d-tp1-2-x2": Deployment("cross", num_prefill=2, num_decode=1, prefill_tp=1,
+                                      decode_tp=2, replicas=2, link="nvlink"),
 }
 TARGETS = {case: Recommendation(d, id=i, workload={"name": "w"})
            for i, (case, d) in enumerate(DEPLOYMENTS.items(), 1)}
@@ -84,11 +87,21 @@ def test_plan_uses_only_documented_names(engine, case):
                if k == "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]
         assert pct == [35, 65] and plan.setup
     if t.layout == "cross":
+        d = t.deployment
         servers = [p for p in plan.processes if "prefill" in p.name or "decode" in p.name]
-        assert len(servers) == t.deployment.num_prefill + t.deployment.num_decode
+        # vLLM: a server a side, its workers data-parallel engines; the others: one a worker
+        workers = [int(_value(p, "--data-parallel-size", "1")) for p in servers] \
+            if engine == "vllm" else [1] * len(servers)
+        assert sum(workers) == (d.num_prefill + d.num_decode) * d.replicas
 
 
-@pytest.mark.parametrize("case", ["mono-chunked-2dev", "cross-2p3d-ib"])
+def _value(proc: Process, flag: str, default: str | None = None) -> str | None:
+    argv = list(proc.argv)
+    return argv[argv.index(flag) + 1] if flag in argv else default
+
+
+@pytest.mark.parametrize("case", ["mono-chunked-2dev", "cross-2p3d-ib", "mono-tp2-x4",
+                                  "cross-2p1d-tp1-2-x2"])
 def test_dynamo_graph_is_a_documented_deployment(case):
     yaml = pytest.importorskip("yaml")
     t = TARGETS[case]
@@ -105,10 +118,15 @@ def test_dynamo_graph_is_a_documented_deployment(case):
         assert set(flags) <= set(TABLE["dynamo"]["programs"]["dynamo.vllm"]), flags
     workers = {s.get("subComponentType", "agg"): s["replicas"]
                for s in services.values() if s["componentType"] == "worker"}
+    d = t.deployment
     if t.layout == "cross":
-        assert workers == {"prefill": t.deployment.num_prefill, "decode": t.deployment.num_decode}
+        assert workers == {"prefill": d.num_prefill * d.replicas, "decode": d.num_decode * d.replicas}
     else:
-        assert workers == {"agg": t.deployment.devices}
+        assert workers == {"agg": d.replicas}
+    gpus = {s.get("subComponentType", "agg"): s["resources"]["limits"]["gpu"]
+            for s in services.values() if s["componentType"] == "worker"}
+    assert gpus == ({"prefill": str(d.prefill_tp), "decode": str(d.decode_tp)}
+                    if t.layout == "cross" else {"agg": str(d.tp)})
 
 
 @pytest.mark.parametrize("case", sorted(TARGETS))
@@ -126,3 +144,30 @@ def test_gpuprobe_plan_flags_are_our_cli(case):
     assert body["actor"] == "gpuprobe-apply"
     assert body["reason"] == f"recommendation {TARGETS[case].id}"
     assert body["layout"] == TARGETS[case].layout
+
+
+def test_plans_carry_tp_and_dp_for_every_side():
+    """cross 2P(TP1)1D(TP2) x2 on 8 GPUs and monolithic TP2 x4: each engine's own flags."""
+    mono, cross = TARGETS["mono-tp2-x4"], TARGETS["cross-2p1d-tp1-2-x2"]
+    v = build_plan(mono, "vllm", "m").processes[0]
+    assert (_value(v, "--tensor-parallel-size"), _value(v, "--data-parallel-size")) == ("2", "4")
+    s = build_plan(mono, "sglang", "m").processes[0]
+    assert (_value(s, "--tp-size"), _value(s, "--dp-size")) == ("2", "4")
+    dyn = [p for p in build_plan(mono, "dynamo", "m").processes if p.program == "dynamo.vllm"]
+    assert [dict(p.env)["CUDA_VISIBLE_DEVICES"] for p in dyn] == ["0,1", "2,3", "4,5", "6,7"]
+    assert {_value(p, "--tensor-parallel-size") for p in dyn} == {"2"}
+    # vLLM: one server a side, prefill DP4 x TP1 on GPUs 0,1,4,5; decode DP2 x TP2 on 2,3,6,7
+    side = {p.name.split()[0]: p for p in build_plan(cross, "vllm", "m").processes
+            if p.program == "vllm serve"}
+    assert dict(side["prefill"].env)["CUDA_VISIBLE_DEVICES"] == "0,1,4,5"
+    assert (_value(side["prefill"], "--tensor-parallel-size"),
+            _value(side["prefill"], "--data-parallel-size")) == (None, "4")
+    assert dict(side["decode"].env)["CUDA_VISIBLE_DEVICES"] == "2,3,6,7"
+    assert (_value(side["decode"], "--tensor-parallel-size"),
+            _value(side["decode"], "--data-parallel-size")) == ("2", "2")
+    # SGLang: a server per worker from its first GPU, TP where a worker spans two
+    sg = [p for p in build_plan(cross, "sglang", "m").processes
+          if p.program == "sglang.launch_server"]
+    assert [(p.name.split()[0], _value(p, "--base-gpu-id"), _value(p, "--tp-size")) for p in sg] == \
+        [("prefill", "0", None), ("prefill", "1", None), ("prefill", "4", None),
+         ("prefill", "5", None), ("decode", "2", "2"), ("decode", "6", "2")]

@@ -96,9 +96,9 @@ def test_max_batch_caps_the_decode_bursts_and_bad_values_are_one_line(tmp_path, 
 
 @pytest.mark.timeout(120)
 def test_live_profile_of_tiny_server(tmp_path):
-    launch = pytest.importorskip("gpuprobe.server.launch")
     from gpuprobe.perf.calibrate import run_calibration
     from gpuprobe.perf.profile import from_client
+    from gpuprobe.server import launch
 
     bursts = []
     with launch.start_server("tiny", "monolithic") as srv:
@@ -123,9 +123,9 @@ def test_live_profile_of_tiny_server(tmp_path):
 def test_a_failing_large_burst_ends_its_prompts_bursts_when_asked(tmp_path):
     """profile --target keeps the bursts that worked when a larger one fails (a slow server
     times it out); here a real tiny server admits 3 requests at a time and refuses the rest."""
-    launch = pytest.importorskip("gpuprobe.server.launch")
     from gpuprobe.errors import GpuprobeError
     from gpuprobe.perf.calibrate import run_calibration
+    from gpuprobe.server import launch
 
     # 300 tokens a stream: the six of a burst overlap however slowly a busy machine sends them
     # (with 4, the first three could finish before the last arrived, and none was refused)

@@ -16,22 +16,13 @@ import pandas as pd
 import pytest
 from aiohttp import web
 
+from cli_run import run_cli as cli
 from fake_openai_server import FakeOpenAIServer
-from gpuprobe.cli.main import main
 from gpuprobe.collectors.tap import Tap
 from gpuprobe.demo.stages import stage_analyze
 from gpuprobe.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cli(capsys, *argv):
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:  # argparse's own errors
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def gone_pid() -> int:

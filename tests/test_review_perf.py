@@ -11,20 +11,11 @@ import pandas as pd
 import pytest
 import requests
 
+from cli_run import run_cli as cli
 from gpuprobe.cli.main import main
 from gpuprobe.errors import GpuprobeError
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def cli(capsys, *argv) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of the real CLI."""
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:  # argparse's own errors
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def assert_user_error(capsys, needle: str, *argv) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpuprobe.cli.main import main
+from cli_run import run_cli as gp
 from gpuprobe.store import Store
 from gpuprobe.store.samples import Sample
 from gpuprobe.workloads.analyze import analyze
@@ -17,15 +17,6 @@ from gpuprobe.workloads.pipeline import ImportOptions, import_trace
 FIXTURES = Path(__file__).parent / "fixtures" / "workloads"
 README = Path(__file__).parent.parent / "README.md"
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-
-
-def gp(capsys, *argv):
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse's one-line error
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def user_error(capsys, *argv) -> str:

@@ -13,6 +13,8 @@ import time
 import aiohttp
 import pytest
 
+from sse_read import sse_objects
+
 from gpuprobe.server.launch import start_server
 from gpuprobe.store import Store
 
@@ -69,11 +71,7 @@ async def _stream(session, url: str, body: dict) -> dict:
     out["sent"] = time.time()
     async with session.post(url, json=body) as resp:
         assert resp.status == 200, await resp.text()
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            obj = json.loads(line[6:])
+        async for obj in sse_objects(resp):
             out["id"] = obj["id"]
             if obj["choices"]:
                 out["chunks"].append(obj["choices"][0])

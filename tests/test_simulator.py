@@ -120,7 +120,9 @@ def test_deterministic_and_slo_accounting():
     r = a.requests
     meets = (r["ttft_s"] <= 0.2) & (r["tbt_mean_s"].isna() | (r["tbt_mean_s"] <= 0.01))
     assert a.summary["slo_attainment"] == pytest.approx(meets.mean())
-    assert a.summary["confidence"]["level"] in ("high", "low")
+    # a hand-made profile: no fit behind its link or mixed steps, so the prediction says so
+    conf = a.summary["confidence"]
+    assert conf["level"] == "low" and "intra KV handoff link not measured (default figures)" in conf["reasons"]
 
 
 def test_request_too_long_for_cache_is_rejected_not_crashing():

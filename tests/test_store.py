@@ -193,8 +193,9 @@ def test_locked_store_gives_clear_error(tmp_path):
         assert len(store.samples("power_w")) == 0
 
 
-def _store_at_version(path, version: int) -> sqlite3.Connection:
-    """A raw connection to a new store file at an older schema version."""
+def _migrated(path, version: int, old_row_sql: str) -> Store:
+    """A new store file at an older schema version holding one row (old_row_sql), then opened:
+    migrated to the current version."""
     from gpuprobe.store.schema import MIGRATIONS
     from gpuprobe.store.connection import _statements
     conn = sqlite3.connect(path)
@@ -202,18 +203,17 @@ def _store_at_version(path, version: int) -> sqlite3.Connection:
         for stmt in _statements(script):
             conn.execute(stmt)
     conn.execute("INSERT INTO meta VALUES ('app', 'gpuprobe'), ('schema_version', ?)", (str(version),))
-    return conn
+    conn.execute(old_row_sql)
+    conn.commit()
+    conn.close()
+    store = Store.open(path)
+    assert store.schema_version() == SCHEMA_VERSION
+    return store
 
 
 def test_migration_from_version_2_adds_kv_recv_cpu_and_keeps_requests(tmp_path):
-    path = tmp_path / "v2.db"
-    conn = _store_at_version(path, 2)
-    conn.execute("INSERT INTO requests (source, request_id, arrival_s, prompt_tokens, kv_handoff_bytes)"
-                 " VALUES ('server', 'old', 1.0, 12, 24576)")
-    conn.commit()
-    conn.close()
-    with Store.open(path) as store:
-        assert store.schema_version() == SCHEMA_VERSION
+    with _migrated(tmp_path / "v2.db", 2, "INSERT INTO requests (source, request_id, arrival_s, prompt_tokens, "
+                   "kv_handoff_bytes) VALUES ('server', 'old', 1.0, 12, 24576)") as store:
         store.insert_requests([{"source": "server", "request_id": "new", "arrival_s": 2.0,
                                 "kv_handoff_bytes": 2048, "kv_recv_cpu_s": 0.0007}])
         reqs = store.requests().set_index("request_id")
@@ -222,14 +222,8 @@ def test_migration_from_version_2_adds_kv_recv_cpu_and_keeps_requests(tmp_path):
 
 
 def test_migration_from_version_3_adds_step_attention_columns_and_keeps_steps(tmp_path):
-    path = tmp_path / "v3.db"
-    conn = _store_at_version(path, 3)
-    conn.execute("INSERT INTO steps (run_id, role, start_s, duration_s, num_decode_seqs, "
-                 "num_decode_ctx_tokens) VALUES ('old', 'mixed', 1.0, 0.002, 2, 30)")
-    conn.commit()
-    conn.close()
-    with Store.open(path) as store:
-        assert store.schema_version() == SCHEMA_VERSION
+    with _migrated(tmp_path / "v3.db", 3, "INSERT INTO steps (run_id, role, start_s, duration_s, num_decode_seqs, "
+                   "num_decode_ctx_tokens) VALUES ('old', 'mixed', 1.0, 0.002, 2, 30)") as store:
         store.insert_steps([{"run_id": "new", "role": "mixed", "start_s": 2.0, "duration_s": 0.003,
                              "num_decode_seqs": 2, "num_decode_ctx_tokens": 30,
                              "num_decode_padded_tokens": 40, "prefill_q_tokens2": 0}])

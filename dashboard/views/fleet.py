@@ -20,7 +20,7 @@ if not spec:
 
 
 @st.cache_data(ttl=15, show_spinner=False)
-def _read(spec: str, window_s: float, by: str, until_s: float) -> dict:
+def _fleet_view(spec: str, window_s: float, by: str, until_s: float) -> dict:
     """Hosts, groups and SM activity per host over the window; {'error': line} when the
     source cannot answer. until_s is rounded by the caller, so 15 s of reruns share a read."""
     from gpuprobe.errors import GpuprobeError
@@ -42,7 +42,7 @@ window = top[0].selectbox("Window (ending now)", list(WINDOWS), index=0)
 by = top[1].text_input("Group by label", value="model",
                        help="model, engine, or a target label such as host_group")
 top[2].caption(f"source: `{spec}`")
-data = _read(spec, WINDOWS[window], by.strip() or "model", 15 * (time.time() // 15))
+data = _fleet_view(spec, WINDOWS[window], by.strip() or "model", 15 * (time.time() // 15))
 if "error" in data:
     st.error(f"{data['error']}. The other pages read the embedded store and still work.")
     st.stop()

@@ -3,12 +3,13 @@ import time
 
 import streamlit as st
 
+from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.charts import forecast_figure
 from gpuprobe.dashboard.common import cached, missing
 from gpuprobe.forecast.persist import note_backtest, note_text
 
 st.title("Forecast")
-ids = cached("forecast_ids")
+ids = cached(queries.forecast_ids)
 if ids.empty:
     missing("No forecast stored.", "gpuprobe forecast --workload azure-conv --bucket 10s --horizon 60s")
     st.stop()
@@ -16,15 +17,15 @@ if ids.empty:
 labels = {i: f"{r.forecast_id or 'forecast'} ({r.workload or 'live'}, "
           f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(r.created_s))} UTC)" for i, r in enumerate(ids.itertuples())}
 pick = ids.iloc[st.selectbox("Forecast", list(labels), format_func=labels.get)]
-rows = cached("forecast", pick["forecast_id"])
+rows = cached(queries.forecast, pick["forecast_id"])
 bucket_s = pick["bucket_s"]
 st.caption(f"as of {pick['as_of_s']:,.0f} s, bucket {bucket_s or float('nan'):g} s, horizon "
            f"{pick['horizon_s'] or float('nan'):g} s" if pick["as_of_s"] is not None else "")
 
 history = None
 wl = pick["workload"]
-if wl and bucket_s and wl in set(cached("workloads")["name"]):
-    mix = cached("workload_mix", wl, float(bucket_s))
+if wl and bucket_s and wl in set(cached(queries.workloads)["name"]):
+    mix = cached(queries.workload_mix, wl, float(bucket_s))
     if mix is not None and pick["as_of_s"] is not None:
         b = mix["buckets"]
         history = b[b["start_s"] < pick["as_of_s"]].tail(120)  # the stretch just before the forecast

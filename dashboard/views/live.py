@@ -2,6 +2,7 @@
 layout switches marked on every panel, redrawn every few seconds (reads cached until new data)."""
 import streamlit as st
 
+from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.charts import live_figure
 from gpuprobe.dashboard.common import cached, missing, window_points
 from gpuprobe.dashboard.fast_chart import plotly_basic_chart
@@ -11,13 +12,13 @@ WINDOWS = {"15 min": 900.0, "1 h": 3600.0, "6 h": 21600.0, "24 h": 86400.0, "all
 REFRESH_S = 5
 
 st.title("Live")
-span = cached("span")
+span = cached(queries.span)
 if span is None:
     missing("No samples and no requests in the store.",
             "gpuprobe agent --scrape http://127.0.0.1:8000/metrics  (counters) or gpuprobe serve --store STORE")
     st.stop()
 
-inv = cached("inventory")
+inv = cached(queries.inventory)
 hosts = sorted(set(inv["host"]))
 top = st.columns([2, 2, 3, 1.3])
 window = top[0].selectbox("Window (ending at the newest data)", list(WINDOWS), index=1)
@@ -29,11 +30,11 @@ auto = top[3].toggle("Refresh", value=True, help=f"redraw every {REFRESH_S} s")
 
 @st.fragment(run_every=REFRESH_S if auto else None)
 def charts() -> None:
-    first, last = cached("span")
+    first, last = cached(queries.span)
     start, end, points = window_points((first, last), WINDOWS[window])
     picked = () if set(devices) == set(gpu_devices) else tuple(devices)  # () = all: Overview's cache key
-    panels = cached("counter_panels", start, end, points, None if host in (None, "all") else host, picked)
-    source, req = cached("request_panels", start, end, max(1, min(points, int((end - start) / REQUEST_BUCKET_S))))
+    panels = cached(queries.counter_panels, start, end, points, None if host in (None, "all") else host, picked)
+    source, req = cached(queries.request_panels, start, end, max(1, min(points, int((end - start) / REQUEST_BUCKET_S))))
     if len(req):
         panels += [
             {"title": f"Request rate ({source})", "unit": "req/s",
@@ -47,7 +48,7 @@ def charts() -> None:
             {"title": f"TBT ({source}; per-request p50 and p99)", "unit": "ms",
              "traces": [{"name": "p50", "ts_s": req["ts_s"], "value": req["tbt_p50_s"] * 1e3},
                         {"name": "p99", "ts_s": req["ts_s"], "value": req["tbt_p99_s"] * 1e3}]}]
-    switches = cached("layout_switches", start, end)
+    switches = cached(queries.layout_switches, start, end)
     shown = {p.get("metric") for p in panels}
     if not ({"sm_util_pct", "nvml_gpu_busy_pct"} & shown):
         missing("No GPU counters in this window (no NVIDIA GPU where the agent ran, or no agent).",

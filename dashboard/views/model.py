@@ -4,10 +4,11 @@ import time
 import pandas as pd
 import streamlit as st
 
+from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.common import cached, fmt_pct, missing
 
 st.title("Model: predicted against measured")
-vals = cached("validations")
+vals = cached(queries.validations)
 if vals.empty:
     missing("No validate result stored.", "gpuprobe validate --workload azure-conv --model tiny")
     st.stop()
@@ -17,7 +18,7 @@ labels = {int(r.pk): f"#{r.pk} {time.strftime('%Y-%m-%d %H:%M', time.gmtime(r.cr
           f"{r.workload or '?'} on {r.device or '?'}" for r in vals.itertuples()}
 pk = st.selectbox("Validate run", list(labels), format_func=labels.get)
 row = vals[vals["pk"] == pk].iloc[0]
-body = cached("validation_body", int(pk))
+body = cached(queries.validation_body, int(pk))
 c = st.columns(3)
 c[0].metric("Best measured", row["best_measured"] or body.get("best_measured") or "n/a")
 c[1].metric("Best predicted", row["best_predicted"] or body.get("best_predicted") or "n/a")

@@ -3,15 +3,16 @@ import time
 
 import streamlit as st
 
+from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.charts import live_figure
 from gpuprobe.dashboard.common import cached, fmt_pct, missing, window_points
 from gpuprobe.dashboard.fast_chart import plotly_basic_chart
 from gpuprobe.dashboard.queries import slo_tbt_s
 
 st.title("Overview")
-o = cached("overview")
+o = cached(queries.overview)
 rec = o["recommendation"]
-alerts = cached("alerts", slo_tbt_s(rec))
+alerts = cached(queries.alerts, slo_tbt_s(rec))
 
 c = st.columns(4)
 c[0].metric("Hosts", len(o["hosts"]))
@@ -21,16 +22,16 @@ cur = o["current"]
 c[3].metric("Current layout", cur["layout"] if cur else "unknown",
             help="the last successful layout switch, or the layout the last `gpuprobe serve` started with")
 
-span = cached("span")
+span = cached(queries.span)
 if span is not None:  # the last hour at a glance; the same reads as the Live page's default window
     start, end, points = window_points(span, 3600.0)
-    panels = cached("counter_panels", start, end, points, None, ())[:1]
-    source, req = cached("request_panels", start, end, max(1, min(points, int((end - start) / 5.0))))
+    panels = cached(queries.counter_panels, start, end, points, None, ())[:1]
+    source, req = cached(queries.request_panels, start, end, max(1, min(points, int((end - start) / 5.0))))
     if len(req):
         panels.append({"title": f"Request rate ({source})", "unit": "req/s",
                        "traces": [{"name": "arrivals", "ts_s": req["ts_s"], "value": req["requests_per_s"]}]})
     if panels:
-        fig = live_figure(panels, cached("layout_switches", start, end), (start, end))
+        fig = live_figure(panels, cached(queries.layout_switches, start, end), (start, end))
         fig.update_layout(height=140 + 150 * len(panels))
         st.markdown("**The last hour** (more on the Live page)")
         plotly_basic_chart(fig, key="glance")

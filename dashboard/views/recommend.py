@@ -6,6 +6,7 @@ import time
 import pandas as pd
 import streamlit as st
 
+from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.apply import apply
 from gpuprobe.dashboard.common import cached, fmt_pct, missing, store_path
 from gpuprobe.dashboard.plans import plans_for
@@ -17,7 +18,7 @@ CANDIDATE_COLUMNS = ["layout", "params", "max_goodput_rps_per_device", "slo_atta
                      "ttft_p99_s", "tbt_p50_s", "tbt_p99_s"]
 
 st.title("Recommend")
-recs, rec = cached("recommendations"), None
+recs, rec = cached(queries.recommendations), None
 if recs.empty:
     missing("No recommendation stored.", "gpuprobe recommend --workload azure-conv --profile profile.json")
 else:
@@ -25,7 +26,7 @@ else:
               f"({time.strftime('%Y-%m-%d %H:%M', time.gmtime(r.created_s))} UTC)" for r in recs.itertuples()}
     chosen = st.selectbox("Recommendation", list(labels), format_func=labels.get)
     try:
-        rec = cached("recommendation", chosen)
+        rec = cached(queries.recommendation, chosen)
     except GpuprobeError as exc:  # a row that cannot be read: one line, the rest of the page stays
         st.error(str(exc))
 if rec is not None:
@@ -44,9 +45,7 @@ if rec is not None:
     cands = pd.DataFrame(list(rec.candidates))
     if cands.empty:
         st.info("This recommendation stored no candidates.")
-    else:
-        if "max_goodput_rps_per_device" in cands:
-            cands = cands.sort_values("max_goodput_rps_per_device", ascending=False, kind="stable")
+    else:  # stored best first by decide.rank (goodput, then p99 TBT, then the simpler layout)
         cands.insert(0, "rank", range(1, len(cands) + 1))
         if "params" in cands:
             cands["params"] = cands["params"].map(lambda p: json.dumps(p) if isinstance(p, dict) else p)
@@ -104,7 +103,7 @@ if rec is not None:
             st.json(result.get("switch") or {})
 
 st.subheader("Autopilot audit log")
-dec = cached("decisions")
+dec = cached(queries.decisions)
 if dec.empty:
     missing("The autopilot has made no decision.", "gpuprobe autopilot --target http://127.0.0.1:8000")
 else:

@@ -2,11 +2,12 @@
 distributions and arrivals; two workloads side by side."""
 import streamlit as st
 
+from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.charts import PALETTE, hist_figure, mix_figure
 from gpuprobe.dashboard.common import cached, missing
 
 st.title("Workload")
-wls = cached("workloads")
+wls = cached(queries.workloads)
 if wls.empty:
     missing("No workloads in the store.",
             "gpuprobe import gpuprobe/data/azure_llm_2023_conv.csv --name azure-conv")
@@ -19,7 +20,7 @@ cols = st.columns(2)
 for i, col in enumerate(cols):
     with col:
         name = st.selectbox(f"Workload {i + 1}", names, index=min(i, len(names) - 1), key=f"wl{i}")
-        mix = cached("workload_mix", name, bucket_s)
+        mix = cached(queries.workload_mix, name, bucket_s)
         if mix is None:
             missing(f"Workload {name!r} has no requests.",
                     f"gpuprobe import TRACE --name {name} --replace  (or gpuprobe synth --name {name} ...)")

@@ -92,7 +92,7 @@ def predict(workload_df: pd.DataFrame, profile, slo, mode: str = "all", devices:
             return {**out, "source": f"{out['source']} (recommend: {exc})"}
         return {"layout": rec.layout, "params": rec.deployment.params(),
                 "candidates": list(rec.candidates), "source": "recommend", "id": rec.id}
-    from gpuprobe.decide.candidates import Candidate
+    from gpuprobe.decide.candidates import Candidate, at_profile_tp
     from gpuprobe.decide.predict import predict as predict_one
     from gpuprobe.decide.rank import rank
     from gpuprobe.perf.metrics import meets_slo
@@ -100,6 +100,7 @@ def predict(workload_df: pd.DataFrame, profile, slo, mode: str = "all", devices:
 
     wl, rows = as_workload(workload_df), []
     for c in (Candidate("monolithic"), Candidate("intra", prefill_share=0.5), Candidate("cross")):
+        c = at_profile_tp(c, profile)
         s = predict_one(wl, profile, c, slo, 1.0, 0)
         ok = meets_slo(s, slo)
         rows.append({"label": c.label, "layout": c.layout, "params": c.params, "devices": c.devices,

@@ -14,6 +14,7 @@ from gpuprobe.perf.costmodel import Profile, interpolated
 from gpuprobe.perf.metrics import Slo
 from gpuprobe.perf.sim_layouts import LayoutConfig
 from gpuprobe.perf.simulator import simulate
+from gpuprobe.perf.tp_family import profile_at
 
 MAX_NUM_SEQS = 256       # simulate's defaults: an 8B model's batch on a large GPU
 NUM_BLOCKS = 40_000      # KV blocks of 16 tokens per worker
@@ -52,9 +53,11 @@ def layout_config(cand, max_prompt: int, limits: dict | None = None,
 
 
 def profile_for(profile: Profile, cand) -> Profile:
-    """The profile with intra's workers at the candidate's prefill share. Measured intra
-    workers (at profile.prefill_share) are rescaled by share ** -share_alpha; without them
-    Profile.worker derives both from the whole device at the new share."""
+    """The profile with the candidate's workers: at its TP sizes (tp_family.profile_at), and
+    intra's at its prefill share. Measured intra workers (at profile.prefill_share) are
+    rescaled by share ** -share_alpha; without them Profile.worker derives both from the
+    whole device at the new share."""
+    profile = profile_at(profile, cand.tp, cand.prefill_tp, cand.decode_tp)
     share = cand.prefill_share
     if cand.layout != "intra" or share is None or abs(share - profile.prefill_share) < 1e-9:
         return profile

@@ -17,10 +17,13 @@ from typing import Callable
 import pandas as pd
 
 from gpuprobe.decide import reasons as why
-from gpuprobe.decide.candidates import SIMPLER_FIRST, candidates
+from gpuprobe.decide.bounds import Lengths, goodput_bound
+from gpuprobe.decide.candidates import SIMPLER_FIRST
+from gpuprobe.decide.predict import MAX_NUM_SEQS, profile_for
 from gpuprobe.decide.rank import rank
 from gpuprobe.decide.recommendation import Confidence, Deployment, Recommendation
 from gpuprobe.decide.search import base_rate, offered, search_candidates
+from gpuprobe.decide.space import Space, layout_space
 from gpuprobe.errors import UserError
 from gpuprobe.perf.costmodel import Link, Profile
 from gpuprobe.perf.metrics import Slo
@@ -32,6 +35,7 @@ from gpuprobe.workloads.loading import as_workload
 LINKS = {"nvlink": Link(10e-6, 450e9, "--link nvlink"), "ib": Link(20e-6, 50e9, "--link ib"),
          "roce": Link(30e-6, 25e9, "--link roce"), "tcp": Link(100e-6, 3e9, "--link tcp")}
 OFFERED_TOP = 3  # candidates that also get their figures at the workload's own rate
+PRUNE_FROM = 24  # more candidates than this (TP sizes, many devices): bound and prune them
 
 
 def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: int = 1,
@@ -54,11 +58,14 @@ def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: in
         raise UserError(f"--devices must be at least 1, got {devices}")
     check_model(profile, wl)
     profile = with_link(profile, link)
-    cands = candidates(devices, layouts)
+    space = layout_space(profile, devices, layouts)
+    cands = list(space.candidates)
     if not cands:
         raise UserError(f"no candidate layout fits {devices} device(s) with layouts {', '.join(layouts)}")
-    rows = search_candidates(wl, profile, cands, slo, progress, seed)
-    ranked = rank(rows)
+    rows = search_candidates(wl, profile, cands, slo, progress, seed,
+                             bound=_bound(wl, profile, slo, len(cands)))
+    pruned = [r for r in rows if r.get("pruned")]
+    ranked = rank([r for r in rows if not r.get("pruned")])
     by_label = {c.label: c for c in cands}
     if not ranked[0]["meets_slo"]:
         raise UserError(impossible(ranked, slo))
@@ -68,8 +75,9 @@ def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: in
     runner = ranked[1] if len(ranked) > 1 else None
     other = next((r for r in ranked[1:] if r["layout"] != best["layout"]), None)
     margin, margin_layout = _margin(best, runner), _margin(best, other)
-    reasons = build_reasons(wl, profile, slo, best, runner, other, margin, evidence_store)
     unit = by_label[best["label"]]
+    reasons = build_reasons(wl, profile, slo, best, runner, other, margin, evidence_store)
+    reasons += layout_reasons(space, unit, devices)
     cost: dict = {}
     if cost_per_device_hour is not None:
         for r in ranked:
@@ -89,10 +97,41 @@ def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: in
                   "span_s": float(wl["arrival_s"].iloc[-1]), **wl.attrs.get("gpuprobe_scaled", {})},
         profile={"name": profile.name, "meta": profile.meta,
                  "confidence": profile.confidence(tuple(layouts))},
-        search={"seconds": time.perf_counter() - t0, "candidates": len(rows),
+        search={"seconds": time.perf_counter() - t0, "candidates": len(ranked),
                 "simulations": sum(r["simulations"] for r in rows),
-                "sample_requests": max(r["search_requests"] for r in rows)}, **cost)
+                "sample_requests": max(r["search_requests"] for r in rows),
+                "pruned": [{"label": r["label"], "bound_rps_per_device": r["bound_rps_per_device"]}
+                           for r in pruned],
+                "refused": list(space.refused)}, **cost)
     return replace(rec, decision=sentence(rec))
+
+
+def _bound(wl: pd.DataFrame, profile: Profile, slo: Slo, num_cands: int):
+    """The goodput bound of each candidate (decide/bounds.py), or None where a handful of
+    candidates are cheaper searched than ordered (the first found is then not the best)."""
+    if num_cands <= PRUNE_FROM:
+        return None
+    lengths = Lengths.of(wl)
+    batched = max(2048, int(wl["prompt_tokens"].max()))  # layout_config's step budget
+    return lambda c: goodput_bound(c, profile_for(profile, c), lengths, slo, MAX_NUM_SEQS, batched)
+
+
+def layout_reasons(space: Space, unit, devices: int) -> list[dict]:
+    """How the devices are laid out (copies of the unit, or why some stay idle) and which TP
+    sizes memory left out, each with its numbers."""
+    copies = devices // unit.devices
+    idle = devices - copies * unit.devices
+    text = (f"{copies} cop{'y' if copies == 1 else 'ies'} of {unit.label} ({unit.devices} "
+            f"device{'s' if unit.devices > 1 else ''} each) lay{'s' if copies == 1 else ''} out "
+            f"all {devices} devices"
+            if not idle else
+            f"{idle} of {devices} devices stay idle: {space.idle or 'the unit does not divide them'}")
+    out = [{"text": text, "evidence": {"unit_devices": unit.devices, "replicas": copies,
+                                       "idle_devices": idle}}]
+    if space.refused:
+        out.append({"text": "; ".join(space.refused_lines()),
+                    "evidence": {"refused": list(space.refused)}})
+    return out
 
 
 def check_model(profile: Profile, wl: pd.DataFrame) -> None:
@@ -216,6 +255,7 @@ def sentence(rec: Recommendation) -> str:
         tail += f" and {mo:.0%} over the best other layout ({other})"
     cost = rec.cost_per_million_output_tokens
     price = f", ${cost:.3g} per million output tokens" if cost else ""
-    return (f"Run {rec.label} on {rec.deployment.devices} device(s): "
+    copies = f" x{rec.deployment.replicas}" if rec.deployment.replicas > 1 else ""
+    return (f"Run {rec.label}{copies} on {rec.deployment.devices} device(s): "
             f"{rec.max_goodput_rps_per_device:.3g} req/s per device within the {rec.slo.name} SLO "
             f"({_slo_text(rec.slo)}){tail}{price} (confidence {rec.confidence.word}).")

@@ -5,8 +5,8 @@ import the bundled Azure traces -> their prefill/decode mix -> start the referen
 2 CPU cores -> profile the server -> forecast -> recommend -> validate against the other
 layouts -> apply the recommendation live -> the report (HTML, PDF) -> where everything is ->
 the dashboard until Ctrl-C. Each stage is one function in gpuprobe.demo.stages and runs the
-same gpuprobe command a user would; a stage whose piece this build lacks says so and the demo
-goes on.
+same gpuprobe command a user would, as a process of its own; a stage that fails is named and
+the demo goes on (one that needs its output says it is skipped, and why).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ DEFAULT_STORE = ".demo/gpuprobe.db"  # not $GPUPROBE_STORE: the demo replaces it
 
 
 def run_demo(store_path: str | None, dashboard: bool = True, quick: bool = False) -> int:
-    """0 when every stage that this build has ran; 1 when one failed (each is named)."""
+    """0 when every stage ran; 1 when one failed (each is named)."""
     from gpuprobe.demo import stages as st
     from gpuprobe.demo.clock import Clock
     from gpuprobe.demo.common import FULL, QUICK, Run, say

@@ -1,6 +1,8 @@
 """What every demo stage shares: its settings, its printing, and running a gpuprobe command."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,30 +78,17 @@ def done(t0: float) -> None:
     say(f"  ({time.perf_counter() - t0:.1f} s)")
 
 
-def has_command(name: str, flag: str | None = None) -> bool:
-    """Whether this build's CLI has `gpuprobe NAME` (and, given, its FLAG): a stage whose piece
-    is missing says so and the demo goes on."""
-    from gpuprobe.cli.main import build_parser
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    cmd = sub.choices.get(name)
-    if cmd is None:
-        return False
-    return flag is None or any(flag in a.option_strings for a in cmd._actions)
-
-
-def skipped(run: Run, piece: str, why: str = "not in this build") -> None:
+def skipped(run: Run, piece: str, why: str) -> None:
     say(f"  skipped: {piece} {why}")
     run.skipped.append(f"{piece} {why}")
 
 
 def gpuprobe(run: Run, name: str, *argv) -> int:
-    """Run `gpuprobe NAME ARGV --store STORE` in this process, exactly as a user would, its
+    """Run `gpuprobe NAME ARGV --store STORE` as a user would, a process of its own with its
     output passed through. A non-zero exit is recorded and the demo goes on."""
-    from gpuprobe.cli.main import main
     args = [name, "--store", str(run.store), *(str(a) for a in argv)]
     say("  $ gpuprobe " + " ".join(args))
-    rc = main(args)
+    rc = subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", *args], check=False).returncode
     if rc:
         say(f"  failed: gpuprobe {name} exited {rc}")
         run.failed.append(name)

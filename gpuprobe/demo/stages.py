@@ -6,7 +6,7 @@ import secrets
 import subprocess
 import sys
 
-from gpuprobe.demo.common import VALIDATE_MODEL, Run, done, gpuprobe, has_command, say, skipped, stage
+from gpuprobe.demo.common import VALIDATE_MODEL, Run, done, gpuprobe, say, skipped, stage
 
 TRACES = ("azure-code", "azure-conv")  # bundled trace aliases (gpuprobe.workloads.loading)
 REPLAYED = "azure-conv"  # the chat trace: the one a reference server serves in the demo
@@ -57,7 +57,7 @@ def stage_serve(run: Run, store, stack) -> None:
     srv = start_server(run.model, "monolithic", store=str(run.store), log_path=str(run.out / "serve.log"),
                        admin_token_file=str(run.token_file), timeout_s=600.0,
                        # profile's decode bursts (48-64 at once) must not be refused as overload
-                       max_queue_wait="0" if has_command("serve", "--max-queue-wait") else None)
+                       max_queue_wait="0")
     stack.callback(srv.stop)
     run.url = srv.url
     log = open(run.out / "agent.log", "ab")  # noqa: SIM115 - the child holds its own copy
@@ -113,14 +113,7 @@ def stage_profile(run: Run, store) -> None:
 
 def stage_forecast(run: Run, store) -> None:
     t = stage(f"forecast {REPLAYED}'s load (bucket 60 s, next 10 minutes)")
-    if importlib.util.find_spec("gpuprobe.forecast") is None:
-        return skipped(run, "forecast (gpuprobe.forecast)")
-    if all(has_command("forecast", f) for f in ("--workload", "--bucket", "--horizon")):
-        gpuprobe(run, "forecast", "--workload", REPLAYED, "--bucket", "60s", "--horizon", "10m")
-    else:
-        from gpuprobe.forecast import forecast_workload, store_forecast
-        fc = forecast_workload(store.workload(REPLAYED), bucket_s=60.0, horizon_s=600.0)
-        say(f"  stored as forecast {store_forecast(store, fc, REPLAYED)}")
+    gpuprobe(run, "forecast", "--workload", REPLAYED, "--bucket", "60s", "--horizon", "10m")
     done(t)
 
 
@@ -148,9 +141,7 @@ def stage_validate(run: Run, store) -> None:
     plot = run.out / "validate.html"
     argv = ["--workload", REPLAYED, "--model", VALIDATE_MODEL, "--layouts", s.validate_layouts,
             "--limit", s.validate_requests, "--replays", 1, "--no-interleave", "--no-speed-probe",
-            "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s, "--plot", plot]
-    if has_command("validate", "--budget"):
-        argv += ["--budget", s.validate_budget]
+            "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s, "--plot", plot, "--budget", s.validate_budget]
     if gpuprobe(run, "validate", *argv) == 0:
         run.made["validate plot"] = plot
     done(t)
@@ -167,8 +158,6 @@ def stage_apply(run: Run, store) -> None:
 
 def stage_report(run: Run, store) -> None:
     t = stage("write the report (HTML and PDF)")
-    if not has_command("report"):
-        return skipped(run, "report (gpuprobe report)")
     html, pdf = run.out / "report.html", run.out / "report.pdf"
     argv = ["--workload", REPLAYED, "--out", html, "--pdf", pdf]
     if run.recommendation is not None:
@@ -199,8 +188,6 @@ def summary(run: Run, store) -> None:
 def serve_dashboard(run: Run, port: int = 8501) -> None:
     """The dashboard on the demo's store until Ctrl-C (the server and agent stay up meanwhile)."""
     stage(f"dashboard at http://127.0.0.1:{port} (Ctrl-C to stop)")
-    if not has_command("dashboard"):
-        return skipped(run, "dashboard (gpuprobe dashboard)")
     proc = subprocess.Popen([sys.executable, "-m", "gpuprobe.cli.main", "dashboard", "--store", str(run.store),
                              "--port", str(port), "--host", "127.0.0.1"])
     try:

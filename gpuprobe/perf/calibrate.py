@@ -147,31 +147,8 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
                                               {"prompt_tokens": n}))
             note(f"prefill sweep {rep + 1}/{reps}")
         _check(prefill, "prefill sweep")
-        decode, n = [], 0
-        bursts = sum(len(_batches_at(L, decode_batches)) for L in decode_prompts)
-        for L in decode_prompts:
-            fitted = 0
-            for B in _batches_at(L, decode_batches):
-                t_burst, n = time.monotonic(), n + 1
-                recs = list(await asyncio.gather(*(send_one(session, base + "/v1/completions",
-                                                            body(L, decode_tokens), {"prompt_tokens": L})
-                                                   for _ in range(B))))
-                bad = [r for r in recs if r["status"] != "ok"]
-                if bad and keep_partial and fitted >= 2:
-                    # a slow or busy server times the largest bursts out: keep the smaller ones
-                    # (the fit's x_max says where it stops) rather than fail the whole profile
-                    cut.append(f"decode burst of {B} streams at prompt {L} failed ({len(bad)} of {B}: "
-                               f"{bad[0]['status']} {bad[0].get('error') or ''}".rstrip() +
-                               f"); larger bursts at this prompt left out")
-                    note(cut[-1])
-                    break
-                decode.append((B, L, _check(recs, f"decode burst B={B}")))
-                fitted += 1
-                if detail:  # the large bursts take longest: a user sees which one is running
-                    detail(f"decode burst {n}/{bursts}: {B} streams at prompt {L} "
-                           f"in {time.monotonic() - t_burst:.1f} s")
-            # one note per prompt length: validate times its CPU phases by these notes
-            note(f"decode sweep, prompt {L}")
+        decode = await _decode_sweep(session, base + "/v1/completions", body, decode_prompts,
+                                     decode_batches, decode_tokens, keep_partial, note, detail, cut)
         t_sweeps = time.time()
         sizes = [n for n in WAKE_SIZES if n in prefill_sizes]
         wake = []
@@ -205,6 +182,40 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
         raise GpuprobeError(f"cannot profile {base}: {type(exc).__name__}: {exc}") from None
     return {"prefill": prefill, "decode": decode, "wake": wake, "t0_s": t0, "t1_s": t1, "cut": cut,
             "mixed": mixed}
+
+
+async def _decode_sweep(session, url: str, body, prompts, batches, tokens: int, keep_partial: bool,
+                        note, detail, cut: list) -> list:
+    """Decode bursts: at each prompt length, B streams at once for each B of `batches` that fits;
+    returns [(B, L, [rec])]. A failed burst raises, or with keep_partial after two smaller
+    ones succeeded ends that prompt's bursts, noted in `cut`."""
+    from gpuprobe.workloads.replay_client import send_one
+
+    decode, n = [], 0
+    bursts = sum(len(_batches_at(L, batches)) for L in prompts)
+    for L in prompts:
+        fitted = 0
+        for B in _batches_at(L, batches):
+            t_burst, n = time.monotonic(), n + 1
+            recs = list(await asyncio.gather(*(send_one(session, url, body(L, tokens), {"prompt_tokens": L})
+                                               for _ in range(B))))
+            bad = [r for r in recs if r["status"] != "ok"]
+            if bad and keep_partial and fitted >= 2:
+                # a slow or busy server times the largest bursts out: keep the smaller ones
+                # (the fit's x_max says where it stops) rather than fail the whole profile
+                cut.append(f"decode burst of {B} streams at prompt {L} failed ({len(bad)} of {B}: "
+                           f"{bad[0]['status']} {bad[0].get('error') or ''}".rstrip() +
+                           f"); larger bursts at this prompt left out")
+                note(cut[-1])
+                break
+            decode.append((B, L, _check(recs, f"decode burst B={B}")))
+            fitted += 1
+            if detail:  # the large bursts take longest: a user sees which one is running
+                detail(f"decode burst {n}/{bursts}: {B} streams at prompt {L} "
+                       f"in {time.monotonic() - t_burst:.1f} s")
+        # one note per prompt length: validate times its CPU phases by these notes
+        note(f"decode sweep, prompt {L}")
+    return decode
 
 
 def client_prefill_points(cal: dict) -> tuple[np.ndarray, np.ndarray]:

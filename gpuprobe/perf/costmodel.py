@@ -276,6 +276,9 @@ class Profile:
     prefill_share: float = 0.5
     name: str = "profile"
     meta: dict = field(default_factory=dict)
+    # The five workers at other tensor-parallel sizes, {tp: {key: StepCost}} (tp_family.py):
+    # what a spec profile holds so the layout search can weigh TP; empty for a measured one.
+    tp_workers: dict = field(default_factory=dict)
 
     def worker(self, layout: str, role: str) -> StepCost:
         """The step costs of `role` ('mixed'|'prefill'|'decode') in `layout`, derived if not measured."""
@@ -329,7 +332,9 @@ class Profile:
                 "share_alpha": self.share_alpha, "prefill_share": self.prefill_share,
                 "workers": {k: w.to_dict() for k, w in self.workers.items()},
                 "links": {k: v.to_dict() for k, v in self.links.items()},
-                "overhead": vars(self.overhead), "meta": self.meta}
+                "overhead": vars(self.overhead), "meta": self.meta,
+                "tp_workers": {str(tp): {k: w.to_dict() for k, w in ws.items()}
+                               for tp, ws in self.tp_workers.items()}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Profile":
@@ -343,7 +348,9 @@ class Profile:
                    kv_bytes_per_token=int(d.get("kv_bytes_per_token", 0)),
                    share_alpha=float(d.get("share_alpha", 1.0)),
                    prefill_share=float(d.get("prefill_share", 0.5)),
-                   name=d.get("name", "profile"), meta=d.get("meta", {}))
+                   name=d.get("name", "profile"), meta=d.get("meta", {}),
+                   tp_workers={int(tp): {k: StepCost.from_dict(w) for k, w in ws.items()}
+                               for tp, ws in d.get("tp_workers", {}).items()})
 
     def dumps(self) -> str:
         return json.dumps(self.to_dict(), indent=1)

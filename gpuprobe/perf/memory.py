@@ -146,15 +146,16 @@ def smallest_tp(shape: ModelShape, spec: GpuSpec,
 
 
 def with_memory(workers: dict, fits: dict[str, MemoryFit], shape: ModelShape,
-                specs: dict[str, GpuSpec]) -> dict:
+                specs: dict[str, GpuSpec], refuse: bool = True) -> dict:
     """The workers (StepCost by key) with the KV tokens their memory holds. The monolithic and
-    cross workers must fit (a UserError with the numbers and the smallest TP that fits); an
-    intra pair that does not fit keeps 0 tokens and says why (the layout cannot run there)."""
+    cross workers must fit (a UserError with the numbers and the smallest TP that fits) unless
+    not `refuse`; an intra pair, or with refuse=False any worker, that does not fit keeps 0
+    tokens and says why (the layout cannot run there)."""
     out = dict(workers)
     for key, fit in fits.items():
         if key not in out:
             continue
-        if key.startswith("intra.") and not fit.fits:
+        if (key.startswith("intra.") or not refuse) and not fit.fits:
             out[key] = replace(out[key], max_kv_tokens=0,
                                reasons=out[key].reasons + (f"{key} does not fit: {fit.why()}",))
             continue

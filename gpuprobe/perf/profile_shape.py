@@ -26,18 +26,14 @@ def check_profile_dict(d, prefill_terms: tuple, decode_terms: tuple) -> None:
     if not isinstance(workers, dict) or not workers:
         raise ValueError("workers: expected an object of one or more workers (monolithic, "
                          f"intra.prefill, ...), got {_kind(workers)}")
-    for key, w in workers.items():
-        where = f"workers.{key}"
-        _object(w, where)
-        _curve(w, "prefill", prefill_terms, where)
-        _curve(w, "decode", (decode_terms,), where)
-        for name in _POSITIVE:
-            _number(w, name, where, lambda v: v > 0, "must be above 0")
-        for name in _FINITE:
-            _number(w, name, where)
-        _count(w, "tp", where, 1)
-        if w.get("max_kv_tokens") is not None:
-            _count(w, "max_kv_tokens", where, 0)
+    _workers(workers, "workers", prefill_terms, decode_terms)
+    family = d.get("tp_workers", {})
+    _object(family, "tp_workers")
+    for tp, ws in family.items():
+        if not (isinstance(tp, str) and tp.isdigit() and int(tp) >= 1):
+            raise ValueError(f"tp_workers.{tp}: expected a TP size (a whole number >= 1) as the key")
+        _object(ws, f"tp_workers.{tp}")
+        _workers(ws, f"tp_workers.{tp}", prefill_terms, decode_terms)
     links = d.get("links", {})
     _object(links, "links")
     for key, link in links.items():
@@ -50,6 +46,21 @@ def check_profile_dict(d, prefill_terms: tuple, decode_terms: tuple) -> None:
     _number(d, "kv_bytes_per_token", "", lambda v: v >= 0, "must not be negative")
     _number(d, "share_alpha", "", lambda v: v >= 0, "must not be negative")
     _number(d, "prefill_share", "", lambda v: 0 < v < 1, "must be between 0 and 1 (exclusive)")
+
+
+def _workers(workers: dict, where0: str, prefill_terms: tuple, decode_terms: tuple) -> None:
+    for key, w in workers.items():
+        where = f"{where0}.{key}"
+        _object(w, where)
+        _curve(w, "prefill", prefill_terms, where)
+        _curve(w, "decode", (decode_terms,), where)
+        for name in _POSITIVE:
+            _number(w, name, where, lambda v: v > 0, "must be above 0")
+        for name in _FINITE:
+            _number(w, name, where)
+        _count(w, "tp", where, 1)
+        if w.get("max_kv_tokens") is not None:
+            _count(w, "max_kv_tokens", where, 0)
 
 
 def _curve(w: dict, name: str, allowed: tuple, where: str) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from gpuprobe.perf.costmodel import Link, Overhead, Profile, StepCost, simple_worker
 from gpuprobe.perf.memory import DEFAULT_GPU_MEMORY_UTILIZATION, with_memory, worker_memory
+from gpuprobe.perf.tp_family import build_family
 from gpuprobe.perf.specs import GPUS, GpuSpec, ModelShape, check_tp, gpu, model_shape
 
 __all__ = ["GPUS", "GpuSpec", "ModelShape", "gpu", "model_shape", "roofline_profile", "spec_links",
@@ -87,13 +88,15 @@ def roofline_profile(model: str, gpu_name: str = "h200", prefill_gpu: str | None
 
     specs = {"monolithic": main, "cross.prefill": pre, "cross.decode": dec}
     keys = {"monolithic": tps["main"], "cross.prefill": tps["pre"], "cross.decode": tps["dec"]}
-    workers = {
-        "monolithic": worker(main, shape, tp=keys["monolithic"], **kw),
-        "intra.prefill": worker(main, shape, share=prefill_share, tp=keys["monolithic"], **kw),
-        "intra.decode": worker(main, shape, share=1 - prefill_share, tp=keys["monolithic"], **kw),
-        "cross.prefill": worker(pre, shape, tp=keys["cross.prefill"], **kw),
-        "cross.decode": worker(dec, shape, tp=keys["cross.decode"], **kw),
-    }
+    shares = {"intra.prefill": prefill_share, "intra.decode": 1 - prefill_share}
+
+    def make(key: str, size: int) -> StepCost:
+        if key in shares:
+            return worker(main, shape, share=shares[key], tp=size, **kw)
+        return worker(specs[key], shape, tp=size, **kw)
+
+    workers = {key: make(key, keys.get(key, keys["monolithic"]))
+               for key in ("monolithic", *shares, "cross.prefill", "cross.decode")}
     fits = worker_memory(shape, specs, keys, gpu_memory_utilization)
     workers = with_memory(workers, fits, shape, specs)
     links = spec_links(main, pre, eff_mem, network_bytes_per_s)
@@ -106,4 +109,5 @@ def roofline_profile(model: str, gpu_name: str = "h200", prefill_gpu: str | None
                          "eff_flops": eff_flops, "eff_mem": eff_mem,
                          "tp": tps["main"], "prefill_tp": tps["pre"], "decode_tp": tps["dec"],
                          "gpu_memory_utilization": gpu_memory_utilization,
-                         "memory": {k: f.to_dict() for k, f in fits.items()}})
+                         "memory": {k: f.to_dict() for k, f in fits.items()}},
+                   tp_workers=build_family(shape, specs, make, gpu_memory_utilization))

@@ -30,6 +30,7 @@ from gpuprobe.perf.memory import (DEFAULT_GPU_MEMORY_UTILIZATION, MemoryFit, mem
                                    with_memory, worker_memory)
 from gpuprobe.perf.roofline import roofline_profile, spec_links
 from gpuprobe.perf.roofline import worker as roofline_worker
+from gpuprobe.perf.tp_family import build_family
 from gpuprobe.perf.specs import GpuSpec, ModelShape, check_tp, gpu, model_shape
 
 FIT_MIN_PREFILL = 128
@@ -110,10 +111,15 @@ def silicon_profile(model: str, gpu_name: str, engine: str = "vllm", version: st
         if at not in built:
             built[at] = silicon_worker(shape, *at)
         workers[key], notes[key] = built[at][0], dict(built[at][1])
-    for role, share in (("prefill", prefill_share), ("decode", 1 - prefill_share)):
-        workers[f"intra.{role}"] = replace(
-            interpolated(workers["monolithic"]), scale=share ** -1.0,
-            reasons=(f"intra.{role} derived from the whole device at share {share:.2f}",))
+    def make(key: str, tp: int) -> StepCost:
+        if key.startswith("intra."):
+            share = prefill_share if key == "intra.prefill" else 1 - prefill_share
+            return replace(interpolated(make("monolithic", tp)), scale=share ** -1.0,
+                           reasons=(f"{key} derived from the whole device at share {share:.2f}",))
+        return silicon_worker(shape, data[key], tp)[0]
+
+    for key in ("intra.prefill", "intra.decode"):
+        workers[key] = make(key, tps["monolithic"])
     fits = worker_memory(shape, specs, tps, gpu_memory_utilization)
     workers = with_memory(workers, fits, shape, specs)
     main = specs["monolithic"]
@@ -128,7 +134,8 @@ def silicon_profile(model: str, gpu_name: str, engine: str = "vllm", version: st
                          "silicon": {k: vars(d) for k, d in data.items()},
                          "silicon_fit": notes,
                          "gpu_memory_utilization": gpu_memory_utilization,
-                         "memory": {k: f.to_dict() for k, f in fits.items()}})
+                         "memory": {k: f.to_dict() for k, f in fits.items()}},
+                   tp_workers=build_family(shape, specs, make, gpu_memory_utilization))
 
 
 def tp_worker(model: str, gpu_name: str, engine: str | None = "vllm", tp: int = 1,

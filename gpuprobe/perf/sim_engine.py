@@ -30,6 +30,7 @@ from gpuprobe.engine.scheduler import SchedulerConfig
 from gpuprobe.engine.sequence import SeqStatus, Sequence
 from gpuprobe.perf.costmodel import StepCost
 from gpuprobe.perf.front_events import LEAD_S
+from gpuprobe.perf.sim_feed import INF, NO_INPUT, InputFeed
 from gpuprobe.perf.sim_noise import noisy_step_fn
 from gpuprobe.perf.sim_scheduler import SimScheduler
 from gpuprobe.perf.sim_timeline import macro_ends
@@ -37,8 +38,6 @@ from gpuprobe.perf.sim_timeline import macro_ends
 MIN_MACRO_STEPS = 1  # the bench and tests set it out of reach to get the single-step baseline
 TOKEN = 1            # every simulated token; the trace fixes lengths (ignore_eos)
 RUNNING = SeqStatus.RUNNING
-NO_INPUT = float("nan")  # after the last input: never <= the clock
-INF = float("inf")
 
 
 class SimEngine:
@@ -98,12 +97,14 @@ class SimEngine:
         # Macro-steps that do not start where the one before ended (a single step, a KV
         # import or an idle wait came between): the rest continue their predecessor's clock.
         self.chain_starts = array("q")
+        self._chain_end = NO_INPUT  # where the last macro-step ended (NO_INPUT: none yet)
         self.num_uniform = 0
         self.run_ids: list[str] = []
         self.run_starts: list[int] = []
         self.run_counts: list[int] = []
         self._open: dict[str, int] = {}  # seq_id -> uniform ordinal its open run starts at
         self._last_run: dict[str, int] = {}  # seq_id -> position of its latest step run
+        self._pending: deque[Sequence] = deque()  # a decode worker's inputs before their import
         self.prefilled: list[Sequence] = []
         self.prefilled_s = array("d")  # when each of prefilled was (seconds)
         self.rejected: list[Sequence] = []
@@ -119,66 +120,35 @@ class SimEngine:
         arrive_s: when each request reached the front (ascending; ready_s[i] less the front's
         time), where the cost's arrival_stall_s (+ arrival_stall_per_token_s * the request's
         prompt tokens) holds up a busy worker. events_s (a decode worker's, ascending): the
-        moments the front had a burst of work (front_events), for its decode_event_noise."""
+        moments the front had a burst of work (front_events), for its decode_event_noise.
+
+        Each turn: the front's bursts and the inputs due by the clock, the KV imports of a
+        decode worker, then an idle wait, a macro-step or a single step."""
         if events_s is not None:
             self._events = [*map(float, events_s), INF]
             self._ej = 0
-        sched, role = self.sched, self.config.role
-        waiting, running = sched.waiting, sched.running
+        feed = InputFeed(ready_s, seqs, arrive_s, self._stall, self._stall_per_token)
+        self._chain_end = NO_INPUT
+        waiting, running = self.sched.waiting, self.sched.running
         min_macro = MIN_MACRO_STEPS  # read once: the bench and tests set it before a run
-        plan = None if role == "prefill" or min_macro >= 10 ** 9 or self._noisy else (
-            sched.decode_run.plan)  # == uniform_decode_steps(), one call layer less
-        d0, d1, d2, ovh, scale = self._dec
-        plain, advance = self._plain, sched.decode_run.advance  # == advance_decodes()
-        max_ctx = sched.decode_run.max_ctx if self._padded else None
-        m_first, m_len, m_t0 = self.macro_first.append, self.macro_len.append, self.macro_t0.append
-        m_seqs, m_ctx = self.macro_seqs.append, self.macro_ctx.append
-        m_chain, chain_end = self.chain_starts.append, NO_INPUT
-        ready = [*ready_s, NO_INPUT]  # NO_INPUT ends the feeding loop without an index check
-        stall, wake = self._stall, self._wake
+        plan = self._macro_plan(min_macro)
+        step = self._prefill_step if self.config.role == "prefill" else self._step
+        take, pending, wake = self._take_inputs, self._pending, self._wake
         idle_from = -INF if wake is not None else None  # idle since (clock); None: busy
-        # The front's burst of work at each arrival: a moment like an input's, without one;
-        # arrive_s[j] is seqs[j]'s, whose prompt the per-token part of the burst reads.
-        per_tok = self._stall_per_token if arrive_s is not None else 0.0
-        stalls = [*arrive_s, INF] if (stall or per_tok) and arrive_s is not None else [INF]
-        cum = None  # the bursts' running sum, where they differ by prompt
-        if per_tok:
-            cum = [0.0]
-            for seq in seqs:
-                cum.append(cum[-1] + stall + per_tok * seq.num_prompt_tokens)
-        js = 0
-        step = self._prefill_step if role == "prefill" else self._step
-        add = sched.add
-        pending: deque[Sequence] = deque()
-        n, i, t = len(seqs), 0, 0.0
+        t = 0.0
         while True:
-            if stalls[js] <= t:
-                j = js
-                while stalls[js] <= t:
-                    js += 1
+            if feed.burst_s <= t:
+                dt = feed.take_bursts(t)
                 if waiting or running:  # they came while the worker was busy
-                    dt = stall * (js - j) if cum is None else cum[js] - cum[j]
                     t += dt
                     self.busy_s += dt
-            if ready[i] <= t:
-                j = i
-                while ready[i] <= t:
-                    i += 1
-                if role == "decode":
-                    pending.extend(seqs[j:i])
-                else:
-                    for seq in seqs[j:i]:
-                        try:
-                            add(seq)
-                        except ValueError:  # longer than the KV cache can ever hold
-                            self.rejected.append(seq)
+            if feed.ready_s <= t:
+                take(feed.take_ready(t))
             if pending:
                 t = self._admit(pending, t)
-            next_s = ready[i] if i < n else INF
-            if stalls[js] < next_s:
-                next_s = stalls[js]
+            next_s = feed.next_s
             if not (waiting or running):
-                if i >= n:
+                if feed.exhausted:
                     break
                 if wake is not None and idle_from is None:
                     idle_from = t
@@ -191,56 +161,81 @@ class SimEngine:
             if plan is not None and not waiting:  # (a waiting prompt: no uniform step next)
                 k, C = plan(TOKEN)
                 if k >= min_macro:
-                    # A macro-step (inlined: it runs at every batch change). Take up to k
-                    # uniform decode steps, stopping after the first that ends at or after
-                    # next_s (the next input joins before the step after it). c: the step's
-                    # KV positions; each sum == step_s(0, 0, B, c), bit for bit. Padded or
-                    # not, every sequence moves one position a step: c grows by B a step.
-                    B = len(running)
-                    if max_ctx is not None:
-                        C = B * max_ctx()
-                    x = d0 + d1 * B
-                    t0 = t
-                    if plain:
-                        for c in range(C, C + k * B, B):
-                            t += x + d2 * c
-                            if t >= next_s:
-                                break
-                    else:
-                        for c in range(C, C + k * B, B):
-                            t += (x + d2 * c + ovh) * scale
-                            if t >= next_s:
-                                break
-                    K = (c - C) // B + 1
-                    if t0 != chain_end:  # something moved the clock since the last one
-                        m_chain(self.num_macro_steps)
-                    chain_end = t
-                    self.busy_s += t - t0
-                    finished = advance(K, TOKEN)
-                    m_first(self.num_steps)
-                    m_len(K)
-                    m_t0(t0)
-                    m_seqs(B)
-                    m_ctx(C)
-                    self.num_uniform += K
-                    for seq in finished:
-                        self._close(seq.seq_id)
-                    self.num_steps += K
-                    self.num_macro_steps += 1
-                    if B > self.max_decode_seqs:
-                        self.max_decode_seqs = B
+                    t = self._macro_step(t, next_s, k, C)
                     continue
             stepped = step(t + woke)  # (woke > 0: a prompt waits, so no macro-step came first)
             if stepped is None:  # nothing schedulable until something arrives
-                if i >= n:
+                if feed.exhausted:
                     self.rejected.extend(waiting)
                     break
                 t = max(t, next_s)
                 continue
             t = stepped
         self.rejected.extend(pending)
+        pending.clear()
         for seq_id in list(self._open):
             self._close(seq_id)
+
+    def _macro_plan(self, min_macro: int):
+        """The scheduler's uniform_decode_steps() (one call layer less), or None where this
+        worker takes no macro-steps: a prefill worker, noisy steps, the single-step baseline."""
+        if self.config.role == "prefill" or min_macro >= 10 ** 9 or self._noisy:
+            return None
+        return self.sched.decode_run.plan
+
+    def _take_inputs(self, seqs: list[Sequence]) -> None:
+        """Inputs that are due: a decode worker's wait for their KV import (_admit), the
+        others' go to the scheduler."""
+        if self.config.role == "decode":
+            self._pending.extend(seqs)
+            return
+        add = self.sched.add
+        for seq in seqs:
+            try:
+                add(seq)
+            except ValueError:  # longer than the KV cache can ever hold
+                self.rejected.append(seq)
+
+    def _macro_step(self, t: float, next_s: float, k: int, C: int) -> float:
+        """Up to k uniform decode steps from clock t, stopping after the first that ends at
+        or after next_s (the next input joins before the step after it); returns the clock.
+        C: the first step's KV positions; each step's time == step_s(0, 0, B, c), bit for
+        bit. Padded or not, every sequence moves one position a step: c grows by B a step."""
+        d0, d1, d2, ovh, scale = self._dec
+        B = len(self.sched.running)
+        if self._padded:
+            C = B * self.sched.decode_run.max_ctx()
+        x = d0 + d1 * B
+        t0 = t
+        if self._plain:
+            for c in range(C, C + k * B, B):
+                t += x + d2 * c
+                if t >= next_s:
+                    break
+        else:
+            for c in range(C, C + k * B, B):
+                t += (x + d2 * c + ovh) * scale
+                if t >= next_s:
+                    break
+        K = (c - C) // B + 1
+        if t0 != self._chain_end:  # something moved the clock since the last one
+            self.chain_starts.append(self.num_macro_steps)
+        self._chain_end = t
+        self.busy_s += t - t0
+        finished = self.sched.decode_run.advance(K, TOKEN)  # == advance_decodes()
+        self.macro_first.append(self.num_steps)
+        self.macro_len.append(K)
+        self.macro_t0.append(t0)
+        self.macro_seqs.append(B)
+        self.macro_ctx.append(C)
+        self.num_uniform += K
+        for seq in finished:
+            self._close(seq.seq_id)
+        self.num_steps += K
+        self.num_macro_steps += 1
+        if B > self.max_decode_seqs:
+            self.max_decode_seqs = B
+        return t
 
     def _admit(self, pending: deque, t: float) -> float:
         """Hand prefilled sequences to the decode scheduler while it takes them; returns the

@@ -24,7 +24,7 @@ from gpuprobe.perf.sim_engine import SimEngine, np_view
 from gpuprobe.perf.sim_scheduler import SimSequence
 
 LAYOUTS = ("monolithic", "intra", "cross")
-DEVICES = {"monolithic": 1, "intra": 1, "cross": 2}
+DEVICES = {"monolithic": 1, "intra": 1, "cross": 2}  # one unit on one-device workers (validate)
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,20 @@ class LayoutConfig:
     num_decode: int = 1   # cross only: y decode workers
 
 
-def num_devices(layout: str, config: LayoutConfig | None = None) -> int:
-    """Devices one unit of `layout` takes: cross xPyD takes x + y, the others one."""
-    if layout == "cross" and config is not None:
-        return config.num_prefill + config.num_decode
-    return DEVICES[layout]
+def num_devices(layout: str, config: LayoutConfig | None = None,
+                profile: Profile | None = None) -> int:
+    """Devices one unit of `layout` takes: cross xPyD takes x + y workers, the others one;
+    each worker the tp devices its StepCost spans (profile's; one without a profile)."""
+    if profile is None:
+        tp = {"mixed": 1, "prefill": 1, "decode": 1}
+    else:
+        tp = {r: profile.worker(layout, r).tp for r in ("mixed", "prefill", "decode")}
+    if layout == "monolithic":
+        return tp["mixed"]
+    if layout == "intra":
+        return tp["prefill"]  # both engines share the device (group)
+    x, y = (config.num_prefill, config.num_decode) if config is not None else (1, 1)
+    return x * tp["prefill"] + y * tp["decode"]
 
 
 @dataclass

@@ -67,7 +67,7 @@ def simulate(workload: pd.DataFrame, profile: Profile, layout: str, slo: Slo = S
     tbt = tbt_summary(tok.gap_s, tok.gap_count, total_s)
     req.insert(0, "request_idx", wl.index.to_numpy())
     req["prompt_tokens"] = prompt
-    summary = summarize(req, tbt, slo, num_devices(layout, config))
+    summary = summarize(req, tbt, slo, num_devices(layout, config, profile))
     summary.update(raw.stats)
     summary["layout"] = layout
     summary["confidence"] = _confidence(profile, layout, raw.stats)

@@ -40,6 +40,13 @@ def write_report(store, workload: str, out: str, pdf: str | None = None, rec_id:
     return result
 
 
+def partial_note(result: dict) -> str | None:
+    """The line that says what a report written by write_report lacks, or None when whole."""
+    if not result["partial"]:
+        return None
+    return f"partial: missing {', '.join(result['missing'])} (the report names the commands that fill them)"
+
+
 def _layout_before(layouts, rec) -> str | None:
     """The layout to compare with: the one the recommendation replaced where it was applied
     (after apply the layout running now is the recommendation itself), else the one running."""

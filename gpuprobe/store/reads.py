@@ -5,8 +5,11 @@ SQLite on indexed columns, so a day of 10 Hz samples costs a few index probes, n
     version = data_version(store)                 # changes whenever any table gains a row
     span = sample_span(store)                     # (first_s, last_s) of every sample, or None
     df = request_buckets(store, t0, t1, 2000)     # ts_s, requests_per_s, ..., ttft_p99_s
+    counts = table_counts(store, ("requests", "steps"))  # {"requests": 19366, "steps": 0}
 """
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -59,6 +62,44 @@ def layout_span(store) -> tuple[float, float] | None:
     with store._lock:
         lo, hi = store._conn.execute("SELECT MIN(ts_s), MAX(ts_s) FROM layout_events").fetchone()
     return None if lo is None else (float(lo), float(hi))
+
+
+def table_counts(store, tables) -> dict[str, int]:
+    """Rows in each of `tables` (names from the schema, never from a user)."""
+    with store._lock:
+        return {t: store._conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
+
+
+def latest_events(store, kinds, limit: int = 20) -> pd.DataFrame:
+    """The newest `limit` stored events of the given kinds: ts_s, host, device, kind, message,
+    newest first."""
+    kinds = tuple(kinds)
+    return store._read("SELECT ts_s, host, device, kind, message FROM events WHERE kind IN "
+                       f"({', '.join('?' * len(kinds))}) ORDER BY ts_s DESC LIMIT ?", (*kinds, int(limit)))
+
+
+def request_tbt_p50s(store, since_s: float) -> np.ndarray:
+    """Per-request median TBT (s) of the ok requests that arrived at or after since_s."""
+    df = store._read("SELECT tbt_p50_s FROM requests WHERE arrival_s >= ? AND status = 'ok' "
+                     "AND tbt_p50_s IS NOT NULL", (since_s,))
+    return df["tbt_p50_s"].to_numpy(dtype=float)
+
+
+def validation_body(store, pk: int) -> dict:
+    """The JSON result a validate run stored (validations.body), or {} when there is none."""
+    with store._lock:
+        row = store._conn.execute("SELECT body FROM validations WHERE pk = ?", (int(pk),)).fetchone()
+    return json.loads(row[0]) if row and row[0] else {}
+
+
+def forecast_index(store) -> pd.DataFrame:
+    """One row per stored forecast, newest first: forecast_id, workload, created_s, as_of_s,
+    bucket_s, horizon_s, metrics and models (comma-separated)."""
+    return store._read(
+        "SELECT forecast_id, workload, MAX(created_s) AS created_s, MAX(as_of_s) AS as_of_s, "
+        "MAX(bucket_s) AS bucket_s, MAX(horizon_s) AS horizon_s, "
+        "GROUP_CONCAT(DISTINCT metric) AS metrics, GROUP_CONCAT(DISTINCT model) AS models "
+        "FROM forecasts GROUP BY COALESCE(forecast_id, CAST(created_s AS TEXT)) ORDER BY created_s DESC")
 
 
 def inventory(store) -> pd.DataFrame:

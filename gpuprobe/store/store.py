@@ -9,6 +9,7 @@ Every read returns a pandas DataFrame whose column names carry their units.
 """
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from pathlib import Path
@@ -87,6 +88,13 @@ class Store(SampleTables, RecordTables, DecisionTables, WorkloadTables):
                 if isinstance(exc, sqlite3.OperationalError):
                     raise StoreError(f"{self.path}: write failed ({exc})") from None
                 raise
+
+    @contextlib.contextmanager
+    def reading(self):
+        """Hold the store's one connection for a group of reads: a Store shared by threads (the
+        dashboard's, one per process for every browser session) is read one thread at a time."""
+        with self._lock:
+            yield self
 
     def _read(self, sql: str, args: list | tuple = ()) -> pd.DataFrame:
         with self._lock:

@@ -4,12 +4,10 @@ effects it measured, and each layout's prediction through the one prediction pat
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
-if TYPE_CHECKING:
-    from gpuprobe.validate.run import ValidateOptions
+from gpuprobe.validate.options import ValidateOptions
 
 
 def validate_profile(probes: dict, opts: ValidateOptions):

@@ -27,7 +27,7 @@ import numpy as np
 from gpuprobe.errors import UserError
 from gpuprobe.perf.metrics import pick_best
 from gpuprobe.validate.predictions import predict_layouts
-from gpuprobe.validate.run import ValidateOptions
+from gpuprobe.validate.options import ValidateOptions
 from gpuprobe.validate.verdict import (
     BAR,
     compare,

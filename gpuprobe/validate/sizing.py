@@ -3,17 +3,13 @@ simulated capacity, the plan (plan.make_plan fed with this run's start, calibrat
 simulation times) and the line that says the rate."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import GpuprobeError
 from gpuprobe.perf.sim_layouts import LayoutConfig
+from gpuprobe.validate.options import ValidateOptions
 from gpuprobe.validate.replay_rate import replay_rate, schedule_frame
-
-if TYPE_CHECKING:
-    from gpuprobe.validate.run import ValidateOptions
 
 DEFAULT_LOAD = 0.5    # the busiest stretch at half the monolithic capacity (replay_rate.py)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.cli.argtypes import positive_int
+from gpuprobe.argtypes import positive_int
 
 
 def add_check_argument(p) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from gpuprobe.cli.argtypes import http_url, nonneg_float, port, positive_float, positive_int, regex
+from gpuprobe.argtypes import http_url, nonneg_float, port, positive_float, positive_int, regex
 from gpuprobe.errors import UserError
 from gpuprobe.units import parse_duration
 

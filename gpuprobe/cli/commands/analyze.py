@@ -3,16 +3,15 @@ from __future__ import annotations
 
 import json
 
+from gpuprobe.cli.flags import add_source_flags
+
 NAME = "analyze"
 HELP = "phase-mix analysis of a workload: tokens/s by phase, prefill share, change points"
 
 
 def add_arguments(p) -> None:
     p.add_argument("--workload", help="workload name in the store, or a trace file (not with --source)")
-    p.add_argument("--source", metavar="prometheus=URL",
-                   help="read the mix from a Prometheus's engine token counters instead of a workload")
-    p.add_argument("--since", default="1h", help="with --source: start ('1h' ago, epoch s, ISO time; default 1h)")
-    p.add_argument("--until", default="now", help="with --source: end (default now)")
+    add_source_flags(p, "read the mix from a Prometheus's engine token counters instead of a workload")
     p.add_argument("--bucket", default="10s", help="bucket width (default 10s)")
     p.add_argument("--decode-tbt", default="30ms",
                    help="seconds per decode token used for the Little's-law concurrency estimate (default 30ms)")

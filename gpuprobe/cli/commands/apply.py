@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.cli.argtypes import http_url, positive_int
+from gpuprobe.argtypes import http_url, positive_int
 
 NAME = "apply"
 HELP = ("switch a running reference server to a stored recommendation (POST /admin/layout), "

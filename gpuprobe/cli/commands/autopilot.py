@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.cli.argtypes import http_url, positive_float, positive_int
+from gpuprobe.argtypes import http_url, positive_float, positive_int
 
 NAME = "autopilot"
 HELP = "switch a live server's layout ahead of its prefill/decode mix, with hysteresis and an audit log"

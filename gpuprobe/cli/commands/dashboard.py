@@ -1,7 +1,7 @@
 """`gpuprobe dashboard`: the Streamlit app over a store, bound to 127.0.0.1 unless told."""
 from __future__ import annotations
 
-from gpuprobe.cli.argtypes import port
+from gpuprobe.argtypes import port
 
 NAME = "dashboard"
 HELP = "serve the dashboard (Streamlit) over a store: counters, mix, model, forecast, recommendation"

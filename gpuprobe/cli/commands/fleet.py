@@ -3,18 +3,18 @@ from __future__ import annotations
 
 import json
 
+from gpuprobe.cli.flags import add_source_flags
+
 NAME = "fleet"
 HELP = "hosts and GPUs seen through Prometheus, grouped by a label, with their counters and mix"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--source", required=True, metavar="prometheus=URL",
-                   help="the Prometheus (or Thanos, Mimir, VictoriaMetrics) that scrapes the agents")
+    add_source_flags(p, "the Prometheus (or Thanos, Mimir, VictoriaMetrics) that scrapes the agents",
+                     since="15m", required=True)
     p.add_argument("--by", default="model", metavar="LABEL",
                    help="group hosts by this label: model, engine, or a target label such as host_group "
                         "(default model)")
-    p.add_argument("--since", default="15m", help="start: a duration ago, epoch s or ISO time (default 15m)")
-    p.add_argument("--until", default="now", help="end (default now)")
     p.add_argument("--profile", metavar="FILE",
                    help="also recommend a layout per group with this profile (gpuprobe profile)")
     p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",

@@ -5,6 +5,8 @@ import json
 import math
 import sys
 
+from gpuprobe.cli.flags import add_source_flags
+
 NAME = "forecast"
 HELP = "forecast prefill/decode tokens/s and requests/s with backtested, calibrated intervals"
 
@@ -14,10 +16,7 @@ def add_arguments(p) -> None:
     p.add_argument("--live", action="store_true",
                    help="forecast what a running server, the tap or the agent recorded in the store")
     p.add_argument("--window", default="1h", help="--live: how much recent history (default 1h)")
-    p.add_argument("--source", metavar="prometheus=URL",
-                   help="forecast the engines' rates a Prometheus holds (with --since, --until)")
-    p.add_argument("--since", default="1h", help="--source: start (default 1h ago)")
-    p.add_argument("--until", default="now", help="--source: end (default now)")
+    add_source_flags(p, "forecast the engines' rates a Prometheus holds (with --since, --until)")
     p.add_argument("--bucket", default="10s", help="bucket width (default 10s)")
     p.add_argument("--horizon", default="60s", help="how far ahead (default 60s)")
     p.add_argument("--as-of", help="origin, seconds from the workload's start: only data before it is used")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import shlex
 
-from gpuprobe.cli.argtypes import http_url, int_at_least, positive_int
+from gpuprobe.argtypes import http_url, int_at_least, positive_int
 from gpuprobe.server.green_partition import SM_GRANULARITY
 
 NAME = "plan"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuprobe.cli.argtypes import http_url, positive_int, share_of_whole
+from gpuprobe.argtypes import http_url, positive_int, share_of_whole
 
 NAME = "profile"
 HELP = "measure or derive the cost model (prefill/decode step curves, overheads) into a JSON profile"

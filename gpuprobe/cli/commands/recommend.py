@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuprobe.cli.argtypes import nonneg_int, positive_float, positive_int
+from gpuprobe.argtypes import nonneg_int, positive_float, positive_int
 from gpuprobe.cli.commands._recommend_check import add_check_argument, run_check
+from gpuprobe.cli.flags import add_slo_flags, add_source_flags
 
 NAME = "recommend"
 HELP = "recommend a layout (monolithic, intra, cross xPyD) for a workload and SLO, with reasons"
@@ -15,14 +16,7 @@ def add_arguments(p) -> None:
     p.add_argument("--workload", metavar="NAME|FILE",
                    help="stored workload, trace file, or azure-conv / azure-code (bundled)")
     p.add_argument("--profile", metavar="FILE", help="profile JSON (gpuprobe profile)")
-    p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
-                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tpot_p90=100ms,attain=0.9 "
-                        "(default chat)")
-    p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
-                   help="TTFT target, s (overrides --slo's)")
-    p.add_argument("--slo-tpot", "--slo-tbt", dest="slo_tbt", type=positive_float, default=None,
-                   metavar="S", help="TPOT target: each request's mean time per output token, "
-                                     "s (overrides --slo's; --slo-tbt: older name)")
+    add_slo_flags(p)
     p.add_argument("--devices", type=nonneg_int, default=2, metavar="N",
                    help="devices the deployment has; cross xPyD fits within them (default 2)")
     p.add_argument("--layouts", default="monolithic,intra,cross",
@@ -47,11 +41,8 @@ def add_arguments(p) -> None:
                    help="a forecast as `gpuprobe forecast --json` prints it (implies --forecast)")
     p.add_argument("--bucket", default="10s", help="--forecast: bucket (default 10s)")
     p.add_argument("--horizon", default="60s", help="--forecast: horizon (default 60s)")
-    p.add_argument("--source", metavar="prometheus=URL",
-                   help="weigh the layouts on the rates a Prometheus holds instead of a workload "
+    add_source_flags(p, "weigh the layouts on the rates a Prometheus holds instead of a workload "
                         "(with --since, --until and optionally --group LABEL=VALUE)")
-    p.add_argument("--since", default="1h", help="--source: start (default 1h ago)")
-    p.add_argument("--until", default="now", help="--source: end (default now)")
     p.add_argument("--group", metavar="LABEL=VALUE", help="--source: only the hosts with this label")
     add_check_argument(p)
     p.add_argument("--seed", type=nonneg_int, default=0, help="simulator noise seed (default 0)")
@@ -159,7 +150,8 @@ def render(rec) -> str:
     if rec.forecast:
         lines += ["forecast:", *(f"  {x}" for x in rec.forecast["lines"])]
     s = rec.search
-    lines.append(f"searched {s['candidates']} candidates, {s['simulations']} simulations on "
+    pruned = f" ({len(s['pruned'])} more bounded below the best)" if s.get("pruned") else ""
+    lines.append(f"searched {s['candidates']} candidates{pruned}, {s['simulations']} simulations on "
                  f"samples of up to {s['sample_requests']} requests, {s['seconds']:.1f} s; stored as "
                  f"recommendation {rec.id}")
     return "\n".join(lines)

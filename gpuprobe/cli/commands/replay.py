@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuprobe.cli.argtypes import http_url, nonneg_int, positive_float, positive_int
+from gpuprobe.argtypes import http_url, nonneg_int, positive_float, positive_int
 
 NAME = "replay"
 HELP = "replay a workload against an OpenAI-compatible server (open loop) and record TTFT and token times"

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuprobe.cli.argtypes import out_file, positive_float, positive_int
+from gpuprobe.argtypes import out_file, positive_float, positive_int
+from gpuprobe.cli.flags import add_source_flags
 
 NAME = "report"
 HELP = "write the management report (one HTML file, and a PDF) for a workload's layout decision"
@@ -19,16 +20,13 @@ def add_arguments(p) -> None:
                    help="price of one device-hour, for the cost per million output tokens")
     p.add_argument("--out", required=True, type=out_file, metavar="report.html", help="the HTML file")
     p.add_argument("--pdf", type=out_file, metavar="report.pdf", help="also print a PDF (needs chromium)")
-    p.add_argument("--source", metavar="prometheus=URL",
-                   help="read the GPU counters by phase from the fleet's Prometheus (with --since, --until)")
-    p.add_argument("--since", default="1h", help="--source: start (default 1h ago)")
-    p.add_argument("--until", default="now", help="--source: end (default now)")
+    add_source_flags(p, "read the GPU counters by phase from the fleet's Prometheus (with --since, --until)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
 
 
 def run(args) -> int:
     from gpuprobe.errors import GpuprobeError
-    from gpuprobe.report import write_report
+    from gpuprobe.report import partial_note, write_report
     from gpuprobe.store import Store
 
     if not args.out.lower().endswith((".html", ".htm")):
@@ -52,6 +50,6 @@ def run(args) -> int:
         return 0
     print(out["sentence"])
     print(f"wrote {out['html']}" + (f" and {out['pdf']}" if out["pdf"] else ""))
-    if out["partial"]:
-        print(f"partial: missing {', '.join(out['missing'])} (the report names the commands that fill them)")
+    if partial_note(out):
+        print(partial_note(out))
     return 0

@@ -1,7 +1,7 @@
 """`gpuprobe serve`: the reference server (OpenAI API) in a monolithic, intra or cross layout."""
 from __future__ import annotations
 
-from gpuprobe.cli.argtypes import fraction, host_port_list, nonneg_int, port, positive_int
+from gpuprobe.argtypes import fraction, host_port_list, nonneg_int, port, positive_int
 
 NAME = "serve"
 HELP = "run the reference LLM server (OpenAI-compatible API) in a chosen layout"

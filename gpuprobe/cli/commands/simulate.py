@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.cli.argtypes import nonneg_int, positive_float, positive_int
+from gpuprobe.argtypes import nonneg_int, positive_float, positive_int
+from gpuprobe.cli.flags import add_slo_flags
 
 NAME = "simulate"
 HELP = "simulate a workload through layouts with a cost-model profile (no server needed)"
@@ -19,14 +20,7 @@ def add_arguments(p) -> None:
                    help="first N requests only (default: all)")
     p.add_argument("--speed", type=positive_float, default=1.0,
                    help="arrival rate multiplier (default 1)")
-    p.add_argument("--slo", default="chat", metavar="PRESET|SPEC",
-                   help="chat, code, summarize, batch, or e.g. ttft_p99=2s,tpot=100ms,attain=0.9 "
-                        "(default chat: TTFT 2 s, TBT 0.1 s, 90%%)")
-    p.add_argument("--slo-ttft", type=positive_float, default=None, metavar="S",
-                   help="TTFT SLO, s (default 2), overriding --slo's")
-    p.add_argument("--slo-tpot", "--slo-tbt", dest="slo_tbt", type=positive_float, default=None,
-                   metavar="S", help="TPOT SLO: each request's mean time per output token, s "
-                                     "(default 0.1), overriding --slo's (--slo-tbt: older name)")
+    add_slo_flags(p)
     p.add_argument("--token-scale", type=positive_float, default=1.0, metavar="F",
                    help="scale prompt and output lengths (default 1)")
     p.add_argument("--max-num-seqs", type=positive_int, default=None, metavar="N",
@@ -49,7 +43,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from gpuprobe.engine.scheduler import SchedulerConfig
     from gpuprobe.errors import UserError
-    from gpuprobe.decide.candidates import Candidate
+    from gpuprobe.decide.candidates import Candidate, at_profile_tp
     from gpuprobe.decide.rank import rank
     from gpuprobe.decide.decision import WhatIf, scale_workload
     from gpuprobe.decide.search import search_candidates
@@ -77,8 +71,8 @@ def run(args) -> int:
         limits["num_blocks"] = args.num_blocks
     # The searched goodput (DistServe's) beside the offered-rate figures, and the pick by the
     # one ranking rule recommend uses (gpuprobe.decide.rank).
-    cands = [Candidate(x, prefill_share=profile.prefill_share if x == "intra" else None)
-             for x in layouts]
+    cands = [at_profile_tp(Candidate(x, prefill_share=profile.prefill_share if x == "intra"
+                                     else None), profile) for x in layouts]
     rows = search_candidates(wl, profile, cands, slo, seed=args.seed,
                              limits=limits)
     for x, r in zip(layouts, rows):

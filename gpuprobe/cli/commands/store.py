@@ -20,6 +20,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from gpuprobe.errors import UserError
     from gpuprobe.store import Store
+    from gpuprobe.store.reads import table_counts
     from gpuprobe.units import parse_duration
 
     max_age_s = parse_duration(args.max_age, "--max-age")
@@ -34,7 +35,7 @@ def run(args) -> int:
             tables = ["samples", "series", "requests", "steps", "workloads", "workload_requests",
                       "layout_events", "events", "forecasts", "recommendations", "runs"]
             out = {"path": str(store.path), "schema_version": store.schema_version(),
-                   "rows": {t: store._conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}}
+                   "rows": table_counts(store, tables)}
     if args.json:
         print(json.dumps(out))
     else:

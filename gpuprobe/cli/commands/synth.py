@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.cli.argtypes import nonneg_int, positive_float
+from gpuprobe.argtypes import nonneg_int, positive_float
 
 NAME = "synth"
 HELP = "generate a synthetic workload (Poisson or gamma arrivals, resampled lengths, mix shift, daily cycle)"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpuprobe.cli.argtypes import http_url, port, positive_float
+from gpuprobe.argtypes import http_url, port, positive_float
 
 NAME = "tap"
 HELP = "proxy an OpenAI-compatible server and record each request's timing into the store"

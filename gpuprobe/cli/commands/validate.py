@@ -5,7 +5,7 @@ import argparse
 import json
 import math
 
-from gpuprobe.cli.argtypes import (fraction, nonneg_float, out_file, positive_float,
+from gpuprobe.argtypes import (fraction, nonneg_float, out_file, positive_float,
                                    positive_int)
 
 NAME = "validate"
@@ -138,7 +138,7 @@ def _options(args):
     from gpuprobe.errors import UserError
     from gpuprobe.perf.metrics import Slo
     from gpuprobe.perf.sim_layouts import LAYOUTS
-    from gpuprobe.validate.run import ValidateOptions
+    from gpuprobe.validate.options import ValidateOptions
 
     layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
     bad = [x for x in layouts if x not in LAYOUTS]

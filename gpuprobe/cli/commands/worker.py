@@ -1,7 +1,7 @@
 """`gpuprobe worker`: a prefill or decode worker as its own process, for a front on any host."""
 from __future__ import annotations
 
-from gpuprobe.cli.argtypes import core_list, host_port, port, positive_int
+from gpuprobe.argtypes import core_list, host_port, port, positive_int
 
 NAME = "worker"
 HELP = "run one prefill or decode worker for a cross front (`serve --prefill-workers ...`)"

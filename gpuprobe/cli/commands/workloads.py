@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from gpuprobe.cli.argtypes import out_file
+from gpuprobe.argtypes import out_file
 
 NAME = "workloads"
 HELP = "list stored workloads, show one's summary, export it as CSV, or delete it"

@@ -43,13 +43,14 @@ def build(rec: Recommendation, model: str, total_sms: int) -> Plan:
     setup, sources, files = (), SOURCES, {}
     workers: list[Process] = []
     if d.layout == "monolithic":
-        for i in range(d.devices):
-            workers.append(_worker(f"worker {i} (GPU {i})", model, i, 8081 + i,
-                                   _engine_args(d)))
-        files["dynamo_graph.yaml"] = graph(rec, model, {"VllmWorker": (None, d.devices,
-                                                                      _engine_args(d))})
-        summary = (f"Dynamo, aggregated: {d.devices} vLLM worker(s) doing prefill and decode, "
-                   f"behind the frontend.")
+        args = _engine_args(d) + _tp(d.tp)
+        for i, ids in enumerate(split.groups(d)["mixed"]):
+            workers.append(_worker(f"worker {i} (GPU {split.visible(ids)})", model, ids,
+                                   8081 + i, args))
+        files["dynamo_graph.yaml"] = graph(rec, model, {"VllmWorker": (None, d.replicas, d.tp,
+                                                                      args)})
+        summary = (f"Dynamo, aggregated: {d.replicas} vLLM worker(s) of TP{d.tp} doing prefill "
+                   f"and decode, behind the frontend.")
     else:
         if d.layout == "intra":
             setup, sources = split.MPS_SETUP, SOURCES + (split.MPS_DOC,)
@@ -58,51 +59,59 @@ def build(rec: Recommendation, model: str, total_sms: int) -> Plan:
                       "is launched locally only (no dynamo_graph.yaml)."]
         else:
             files["dynamo_graph.yaml"] = graph(rec, model, {
-                "VllmPrefillWorker": ("prefill", d.num_prefill,
-                                      ["--disaggregation-mode", "prefill",
-                                       "--kv-transfer-config", KV_ROLE["prefill"]]),
-                "VllmDecodeWorker": ("decode", d.num_decode,
-                                     ["--disaggregation-mode", "decode",
-                                      "--kv-transfer-config", KV_ROLE["decode"]])})
+                "VllmPrefillWorker": ("prefill", d.num_prefill * d.replicas, d.prefill_tp,
+                                      _role_args("prefill", d.prefill_tp)),
+                "VllmDecodeWorker": ("decode", d.num_decode * d.replicas, d.decode_tp,
+                                     _role_args("decode", d.decode_tp))})
         k = 0
-        for role, ids, pct in split.sides(d):
-            for i, dev in enumerate(ids):
+        for role, groups, pct in split.sides(d):
+            for i, ids in enumerate(groups):
                 extra = (("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)),) if pct else ()
-                workers.append(_worker(f"{role} worker {i} (GPU {dev})", model, dev, 8081 + k,
-                                       ["--disaggregation-mode", role,
-                                        "--kv-transfer-config", KV_ROLE[role]],
+                workers.append(_worker(f"{role} worker {i} (GPU {split.visible(ids)})", model,
+                                       ids, 8081 + k, _role_args(role, len(ids)),
                                        extra + (("VLLM_NIXL_SIDE_CHANNEL_PORT", str(20097 + k)),)))
                 k += 1
-        n_p, n_d = (d.num_prefill, d.num_decode) if d.layout == "cross" else (1, 1)
-        summary = (f"Dynamo, disaggregated ({d.layout}): {n_p} prefill and {n_d} decode vLLM "
-                   f"worker(s), the KV cache over NIXL, behind the frontend.")
+        sizes = {role: (len(g), len(g[0])) for role, g, _ in split.sides(d)}
+        summary = (f"Dynamo, disaggregated ({d.layout}): {sizes['prefill'][0]} prefill worker(s) "
+                   f"of TP{sizes['prefill'][1]} and {sizes['decode'][0]} decode worker(s) of "
+                   f"TP{sizes['decode'][1]}, the KV cache over NIXL, behind the frontend.")
+    notes += list(split.host_note(d))
     procs = (front, *workers[:-1], Process(workers[-1].name, workers[-1].program,
                                             workers[-1].argv, workers[-1].env, background=False))
     return Plan("dynamo", rec, VERSION, sources, summary, procs, setup, tuple(notes), files)
 
 
-def _worker(name: str, model: str, dev: int, system_port: int, args: list[str],
+def _tp(tp: int) -> list[str]:
+    return ["--tensor-parallel-size", str(tp)] if tp > 1 else []
+
+
+def _role_args(role: str, tp: int) -> list[str]:
+    return ["--disaggregation-mode", role, "--kv-transfer-config", KV_ROLE[role]] + _tp(tp)
+
+
+def _worker(name: str, model: str, ids: list[int], system_port: int, args: list[str],
             env: tuple = ()) -> Process:
     return Process(name, "dynamo.vllm", ("python", "-m", "dynamo.vllm", "--model", model, *args),
-                   (("CUDA_VISIBLE_DEVICES", str(dev)), ("DYN_SYSTEM_PORT", str(system_port)))
-                   + tuple(env))
+                   (("CUDA_VISIBLE_DEVICES", split.visible(ids)),
+                    ("DYN_SYSTEM_PORT", str(system_port))) + tuple(env))
 
 
 def graph(rec: Recommendation, model: str, workers: dict) -> str:
     """A DynamoGraphDeployment: the frontend and one service per worker kind with its
-    replica count (one GPU each). workers: {service: (subComponentType | None, replicas, args)}."""
+    replica count and GPUs per worker (its TP). workers: {service: (subComponentType | None,
+    replicas, gpus, args)}."""
     lines = ["# gpuprobe plan: recommendation %d on Dynamo %s (nothing has been applied)"
              % (rec.id, VERSION),
              "apiVersion: nvidia.com/v1alpha1", "kind: DynamoGraphDeployment", "metadata:",
              f"  name: gpuprobe-rec-{rec.id}", "spec:", "  services:",
              "    Frontend:", "      componentType: frontend", "      replicas: 1",
              "      extraPodSpec:", "        mainContainer:", f"          image: {IMAGE}"]
-    for name, (sub, replicas, args) in workers.items():
+    for name, (sub, replicas, gpus, args) in workers.items():
         lines += [f"    {name}:", "      componentType: worker"]
         if sub:
             lines.append(f"      subComponentType: {sub}")
         lines += [f"      replicas: {replicas}", "      resources:", "        limits:",
-                  '          gpu: "1"', "      extraPodSpec:", "        mainContainer:",
+                  f'          gpu: "{gpus}"', "      extraPodSpec:", "        mainContainer:",
                   f"          image: {IMAGE}", "          command:", "          - python3",
                   "          - -m", "          - dynamo.vllm", "          args:",
                   "            - --model", f"            - {_yaml_str(model)}"]

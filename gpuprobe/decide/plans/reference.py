@@ -45,6 +45,10 @@ def build(rec: Recommendation, model: str, total_sms: int, target_url: str) -> P
                      f"'Cross across hosts'); the live switch then runs on them. A server "
                      f"without them starts the {d.num_prefill + d.num_decode} workers itself, "
                      f"on its own cores.")
+    if max(d.tp, d.prefill_tp, d.decode_tp, d.replicas) > 1:
+        notes.append(f"The reference server runs one copy of the layout with one device per "
+                     f"worker, no tensor parallelism: {d.label} x{d.replicas} ({d.devices} devices, tensor parallel) "
+                     f"is for vLLM, SGLang or Dynamo (`gpuprobe plan --engine vllm`).")
     notes += [f"Not changed by a live switch: {k}." for k in kept_by_live_switch(d)]
     return Plan("gpuprobe", rec, __version__, SOURCES,
                 f"Switch the reference server at {target_url} to {d.layout} live.", (apply,),

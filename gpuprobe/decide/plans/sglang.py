@@ -38,14 +38,17 @@ def _monolithic(rec: Recommendation, model: str) -> Plan:
             "--chunked-prefill-size", chunk]
     if d.max_num_seqs:
         argv += ["--max-running-requests", str(d.max_num_seqs)]
-    if d.devices > 1:
-        argv += ["--dp-size", str(d.devices)]
+    if d.tp > 1:
+        argv += ["--tp-size", str(d.tp)]
+    if d.replicas > 1:
+        argv += ["--dp-size", str(d.replicas)]
     what = (f"prompts in chunks of {chunk} tokens" if chunk != "-1" else
             "whole prompts (chunked prefill off)")
     return Plan("sglang", rec, VERSION, SOURCES,
-                f"One SGLang server on {d.devices} GPU(s), prefilling {what}.",
+                f"One SGLang server on {d.devices} GPU(s) ({d.replicas} data-parallel "
+                f"worker(s) of TP{d.tp}), prefilling {what}.",
                 (Process("sglang server", "sglang.launch_server", tuple(argv),
-                         background=False),))
+                         background=False),), notes=split.host_note(d))
 
 
 def _split(rec: Recommendation, model: str, total_sms: int) -> Plan:
@@ -58,19 +61,23 @@ def _split(rec: Recommendation, model: str, total_sms: int) -> Plan:
         sources = SOURCES + (split.MPS_DOC,)
     procs, urls = [], {"prefill": [], "decode": []}
     be = backend(d)
-    for role, ids, pct in split.sides(d):
-        for i, dev in enumerate(ids):
+    for role, groups, pct in split.sides(d):
+        # a server per worker (its TP group from --base-gpu-id on); the router spreads the
+        # requests over each side's servers: that side's data parallelism
+        for i, ids in enumerate(groups):
             port = (30000 if role == "prefill" else 30100) + i
             argv = ["python", "-m", "sglang.launch_server", "--model-path", model,
-                    "--port", str(port), "--base-gpu-id", str(dev),
+                    "--port", str(port), "--base-gpu-id", str(ids[0]),
                     "--disaggregation-mode", role, "--disaggregation-transfer-backend", be]
+            if len(ids) > 1:
+                argv += ["--tp-size", str(len(ids))]
             if role == "prefill":
                 argv += ["--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT + i)]
             if mem[role]:
                 argv += ["--mem-fraction-static", mem[role]]
             env = (("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)),) if pct is not None else ()
-            procs.append(Process(f"{role} server {i} (GPU {dev})", "sglang.launch_server",
-                                 tuple(argv), env))
+            procs.append(Process(f"{role} server {i} (GPU {split.visible(ids)})",
+                                 "sglang.launch_server", tuple(argv), env))
             urls[role].append((f"http://127.0.0.1:{port}", BOOTSTRAP_PORT + i))
     router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
     for url, boot in urls["prefill"]:
@@ -85,8 +92,10 @@ def _split(rec: Recommendation, model: str, total_sms: int) -> Plan:
                      "RDMA devices itself, or name them with --disaggregation-ib-device.")
     else:
         notes.append("NIXL needs `pip install nixl`.")
-    where = ("on one GPU, split by MPS" if d.layout == "intra" else
-             f"on {d.num_prefill} prefill and {d.num_decode} decode GPUs")
+    notes += split.host_note(d)
+    where = (f"on {d.devices} GPU(s), each split by MPS" if d.layout == "intra" else
+             f"as {d.num_prefill * d.replicas} prefill server(s) of TP{d.prefill_tp} and "
+             f"{d.num_decode * d.replicas} decode server(s) of TP{d.decode_tp}")
     return Plan("sglang", rec, VERSION, sources,
                 f"Disaggregated SGLang ({d.layout}): prefill and decode servers {where}, KV "
                 f"over {be}, the router in front.", tuple(procs), setup, tuple(notes))

@@ -4,7 +4,8 @@ intra: both workers on one GPU, run side by side under an MPS daemon, each cappe
 share of the SMs with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (NVIDIA MPS documentation,
 "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"); the same split as green-context SM counts is what the
 reference server uses (gpuprobe/server/green_partition.py). cross: x prefill and y decode
-devices, numbered 0..x-1 and x..x+y-1 on one host when the link is NVLink.
+workers, each a tensor-parallel group of consecutive devices; `replicas` copies of the unit
+take the next devices (groups()).
 """
 from __future__ import annotations
 
@@ -39,10 +40,45 @@ def intra_note(d: Deployment, total_sms: int) -> str:
             f"--device cuda --layout intra` uses)")
 
 
-def devices(d: Deployment) -> tuple[list[int], list[int]]:
-    """(prefill device ids, decode device ids) for cross."""
-    x, y = d.num_prefill, d.num_decode
-    return list(range(x)), list(range(x, x + y))
+def groups(d: Deployment) -> dict[str, list[list[int]]]:
+    """Device ids of every worker over all replicas, each a TP group of consecutive ids, one
+    unit after the other: {'mixed': ...} for monolithic, {'prefill': ..., 'decode': ...} for
+    intra (both engines on each group) and cross (a unit's prefill workers, then its decode
+    workers)."""
+    out: dict[str, list[list[int]]] = {}
+    nxt = 0
+
+    def take(role: str, n: int) -> list[int]:
+        nonlocal nxt
+        out.setdefault(role, []).append(list(range(nxt, nxt + n)))
+        nxt += n
+        return out[role][-1]
+
+    for _ in range(d.replicas):
+        if d.layout == "monolithic":
+            take("mixed", d.tp)
+        elif d.layout == "intra":
+            out.setdefault("decode", []).append(take("prefill", d.tp))
+        else:
+            for _ in range(d.num_prefill):
+                take("prefill", d.prefill_tp)
+            for _ in range(d.num_decode):
+                take("decode", d.decode_tp)
+    return out
+
+
+def visible(ids) -> str:
+    """CUDA_VISIBLE_DEVICES for these device ids."""
+    return ",".join(str(i) for i in ids)
+
+
+def host_note(d: Deployment) -> tuple[str, ...]:
+    """Past one 8-GPU host the ids run on: GPU k is GPU k mod 8 of host k div 8."""
+    if d.devices <= 8:
+        return ()
+    return (f"{d.devices} GPUs: more than one host. GPU k in these commands is GPU k mod 8 on "
+            f"host k div 8 (hosts of 8 GPUs); start each process on its host with the ids "
+            f"taken mod 8.",)
 
 
 def link_notes(d: Deployment) -> tuple[str, ...]:
@@ -58,23 +94,26 @@ def link_notes(d: Deployment) -> tuple[str, ...]:
     return (f"link {link} Gbit/s (as profiled): check that the transfer backend uses that path.",)
 
 
-def sides(d: Deployment) -> list[tuple[str, list[int], int | None]]:
-    """[(role, device ids, MPS thread % or None)] for the prefill and the decode side: intra
-    puts both on GPU 0 under MPS, cross gives each side its own devices."""
+def sides(d: Deployment) -> list[tuple[str, list[list[int]], int | None]]:
+    """[(role, device ids of each of its workers, MPS thread % or None)] for the prefill and
+    the decode side: intra puts both on each group under MPS, cross gives each side its own
+    devices (groups())."""
+    g = groups(d)
     if d.layout == "intra":
         pp, dp = mps_percent(d.prefill_share)
-        return [("prefill", [0], pp), ("decode", [0], dp)]
-    p_ids, d_ids = devices(d)
-    return [("prefill", p_ids, None), ("decode", d_ids, None)]
+        return [("prefill", g["prefill"], pp), ("decode", g["decode"], dp)]
+    return [("prefill", g["prefill"], None), ("decode", g["decode"], None)]
 
 
 def intra_memory(d: Deployment, total_sms: int, flag: str, prefill: str,
                  decode: str) -> tuple[dict, tuple[str, ...], tuple[str, ...]]:
-    """For two engine instances sharing GPU 0: ({role: memory fraction or None}, setup lines,
-    notes). Prefill holds a prompt's KV only until decode has read it, so it gets less."""
+    """For two engine instances sharing each GPU (group): ({role: memory fraction or None},
+    setup lines, notes). Prefill holds a prompt's KV only until decode has read it, so it
+    gets less."""
     if d.layout != "intra":
         return {"prefill": None, "decode": None}, (), ()
+    where = "GPU 0" if d.devices == 1 else "each GPU"
     return ({"prefill": prefill, "decode": decode}, MPS_SETUP,
             (intra_note(d, total_sms),
-             f"Both instances share GPU 0, so each gets part of its memory ({flag} {prefill} "
+             f"Both instances share {where}, so each gets part of its memory ({flag} {prefill} "
              f"prefill, {decode} decode); tune to the KV your batch needs."))

@@ -17,6 +17,8 @@ SOURCES = (
     "kv_producer/kv_consumer, VLLM_NIXL_SIDE_CHANNEL_PORT/HOST, UCX_NET_DEVICES, "
     "toy_proxy_server.py)",
     "https://docs.vllm.ai/en/v0.32.0/serving/data_parallel_deployment/ (--data-parallel-size)",
+    "https://docs.vllm.ai/en/v0.32.0/features/nixl_connector_compatibility/ (NixlConnector: "
+    "data parallel, a different TP on prefill and decode)",
 )
 PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"  # in the vLLM repository
 
@@ -38,14 +40,20 @@ def _monolithic(rec: Recommendation, model: str) -> Plan:
         argv += ["--no-enable-chunked-prefill"]
     if d.max_num_seqs:
         argv += ["--max-num-seqs", str(d.max_num_seqs)]
-    if d.devices > 1:
-        argv += ["--data-parallel-size", str(d.devices)]
+    argv += parallel(d.tp, d.replicas)
     budget = (f"chunks of at most {d.chunked_prefill_tokens} tokens per step"
               if d.chunked_prefill_tokens else "whole prompts per step (chunked prefill off)")
     return Plan("vllm", rec, VERSION, SOURCES,
-                f"One vLLM server on {d.devices} GPU(s): prefill and decode share each step, "
-                f"{budget}.", (Process("vllm server", "vllm serve", tuple(argv),
-                                       background=False),))
+                f"One vLLM server on {d.devices} GPU(s) ({d.replicas} data-parallel engine(s) "
+                f"of TP{d.tp}): prefill and decode share each step, {budget}.",
+                (Process("vllm server", "vllm serve", tuple(argv), background=False),),
+                notes=split.host_note(d))
+
+
+def parallel(tp: int, dp: int) -> list[str]:
+    """An engine's tensor- and data-parallel flags (none at 1: vLLM's defaults)."""
+    out = ["--tensor-parallel-size", str(tp)] if tp > 1 else []
+    return out + (["--data-parallel-size", str(dp)] if dp > 1 else [])
 
 
 def _split(rec: Recommendation, model: str, total_sms: int) -> Plan:
@@ -57,24 +65,25 @@ def _split(rec: Recommendation, model: str, total_sms: int) -> Plan:
     if d.layout == "intra":
         sources = SOURCES + (split.MPS_DOC,)
     hosts = {"prefill": [], "decode": []}
-    k = 0
-    for role, ids, pct in split.sides(d):
-        base = 8100 if role == "prefill" else 8200
-        for i, dev in enumerate(ids):
-            env = [("CUDA_VISIBLE_DEVICES", str(dev)), ("UCX_NET_DEVICES", "all"),
-                   ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(5600 + k))]
-            if d.link == "tcp":
-                env.append(("UCX_TLS", "tcp"))
-            if pct is not None:
-                env.append(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)))
-            argv = ["vllm", "serve", model, "--port", str(base + i), "--kv-transfer-config",
-                    kv_config("kv_producer" if role == "prefill" else "kv_consumer")]
-            if mem[role]:
-                argv += ["--gpu-memory-utilization", mem[role]]
-            procs.append(Process(f"{role} instance {i} (GPU {dev})", "vllm serve",
-                                 tuple(argv), tuple(env)))
-            hosts[role].append(base + i)
-            k += 1
+    for k, (role, groups, pct) in enumerate(split.sides(d)):
+        # one server a side: its workers are the data-parallel engines of one `vllm serve`
+        # (NixlConnector takes DP and a TP per side), which balances requests among them
+        port = 8100 if role == "prefill" else 8200
+        ids = [i for g in groups for i in g]
+        env = [("CUDA_VISIBLE_DEVICES", split.visible(sorted(set(ids)))),
+               ("UCX_NET_DEVICES", "all"), ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(5600 + 100 * k))]
+        if d.link == "tcp":
+            env.append(("UCX_TLS", "tcp"))
+        if pct is not None:
+            env.append(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(pct)))
+        argv = ["vllm", "serve", model, "--port", str(port), "--kv-transfer-config",
+                kv_config("kv_producer" if role == "prefill" else "kv_consumer")]
+        argv += parallel(len(groups[0]), len(groups))
+        if mem[role]:
+            argv += ["--gpu-memory-utilization", mem[role]]
+        procs.append(Process(f"{role} server: {len(groups)} worker(s) of TP{len(groups[0])} "
+                             f"(GPU {split.visible(ids)})", "vllm serve", tuple(argv), tuple(env)))
+        hosts[role].append(port)
     n_p, n_d = len(hosts["prefill"]), len(hosts["decode"])
     proxy = ["python", PROXY, "--port", "8192",
              "--prefiller-hosts", *["localhost"] * n_p,
@@ -85,8 +94,10 @@ def _split(rec: Recommendation, model: str, total_sms: int) -> Plan:
                          tuple(proxy), background=False))
     notes.append(f"The proxy is vLLM's example ({PROXY}, run from a vLLM checkout); any router "
                  f"that sends the prefill request first and passes kv_transfer_params on works.")
-    where = ("on one GPU, split by MPS" if d.layout == "intra" else
-             f"on {d.num_prefill} prefill and {d.num_decode} decode GPUs")
+    notes += split.host_note(d)
+    where = (f"on {d.devices} GPU(s), each split by MPS" if d.layout == "intra" else
+             f"as {d.num_prefill * d.replicas} prefill worker(s) of TP{d.prefill_tp} and "
+             f"{d.num_decode * d.replicas} decode worker(s) of TP{d.decode_tp}")
     return Plan("vllm", rec, VERSION, sources,
                 f"Disaggregated vLLM ({d.layout}): prefill and decode instances {where}, the KV "
                 f"cache handed over by NixlConnector.", tuple(procs), setup, tuple(notes))
