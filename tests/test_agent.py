@@ -221,8 +221,12 @@ def test_fake_gpu_rows_and_metrics_endpoint_labels(tmp_path):
         with Store.open(tmp_path / "a.db") as store:
             agent = Agent(cfg, store, nvml=fake, log=lambda m: None, host="node7")
             task = asyncio.create_task(agent.run())
-            deadline = time.monotonic() + 30  # until GPU 1 was lost (its 5th read) and recorded
-            while (agent.metrics_port is None or store.events().empty) and time.monotonic() < deadline:
+            def seen():  # GPU 1 lost (its 5th read) and recorded, GPU 0 sampled on after it
+                sm = store.samples("sm_util_pct")
+                return agent.metrics_port is not None and not store.events().empty and \
+                    (sm.device == "gpu0").sum() > (sm.device == "gpu1").sum()
+            deadline = time.monotonic() + 30
+            while not seen() and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             url = f"http://127.0.0.1:{agent.metrics_port}/metrics"
             text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())

@@ -53,14 +53,9 @@ def bucket_mix(api: PromApi, start_s: float, end_s: float, bucket_s: float,
     if (end_s - start_s) / bucket_s > MAX_BUCKETS:
         raise UserError(f"--bucket: {bucket_s:g} s cuts the range into more than {MAX_BUCKETS:,} buckets")
     cols: dict[tuple, dict] = {}
-    # The last bucket ends at end_s, which Prometheus's own steps (milliseconds) can overshoot
-    # by a rounding error (a range cut into 6 buckets of span/6): it then left the last bucket
-    # out, and the report lost the phase the range ended in. Half a step more takes it in and
-    # never adds a bucket.
-    last = end_s + bucket_s / 2
     for col, counters, gauge in _RATES:
         expr = rate_expr(() if agents_only else counters, gauge, bucket_s, by)
-        for labels, ts, vals in api.query_range(expr, start_s + bucket_s, last, bucket_s):
+        for labels, ts, vals in api.query_range(expr, start_s + bucket_s, end_s, bucket_s):
             group = labels.get(by, "") if by else ""
             for t, v in zip(ts, vals):
                 cols.setdefault((group, float(t) - bucket_s), {})[col] = v

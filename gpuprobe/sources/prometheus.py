@@ -115,10 +115,8 @@ class PrometheusSource:
         parts = {}
         for col, fn in (("value_mean", "avg"), ("value_min", "min"), ("value_max", "max"),
                         ("num_samples", "count")):
-            # end_s + step / 2: Prometheus's millisecond steps can overshoot end_s and drop the
-            # last bucket (prom_mix.bucket_mix says more)
             for labels, ts, vals in self.api.query_range(f"{fn}_over_time({sel}[{window}])",
-                                                         start_s + step, end_s + step / 2, step):
+                                                         start_s + step, end_s, step):
                 ident = self.identity({**labels, "__name__": labels.get("__name__", "")})
                 key = (ident["host"], ident["device"], _series_key(labels))
                 parts.setdefault(key, {})[col] = pd.Series(vals, index=ts - step)
