@@ -82,6 +82,14 @@ def missing(what: str, command: str) -> None:
     st.info(f"{what} Fill it with: `{command}`")
 
 
+def local_time(ts_s, fmt: str = "%Y-%m-%d %H:%M:%S %Z") -> str:
+    """Epoch seconds as this machine's local time (with its zone), '' for none."""
+    import time
+    if ts_s is None or ts_s != ts_s:
+        return ""
+    return time.strftime(fmt, time.localtime(float(ts_s)))
+
+
 def fmt_ms(v) -> str:
     return "n/a" if v is None or v != v else f"{v * 1000:,.1f} ms"
 

@@ -106,14 +106,8 @@ def overview(store) -> dict:
     serves = runs[runs["kind"] == "serve"]
     engines = sorted({*inv[inv["source"] == "engine"]["device"]})
     hosts = sorted({*inv["host"], *serves["host"]} - {""})
-    ev = store.layout_events()
-    ok = ev[ev["status"] == "ok"]
-    current = None
-    if len(ok):
-        last = ok.iloc[-1]
-        current = {"layout": last["to_layout"], "prefill_share": _num(last["prefill_share"]),
-                   "since_s": float(last["ts_s"]), "actor": last["actor"]}
-    elif len(serves):
+    current = _current_layout(store)
+    if current is None and len(serves):
         meta = json.loads(serves.iloc[-1]["meta"] or "{}")
         if meta.get("layout"):
             current = {"layout": meta["layout"], "prefill_share": _num(meta.get("prefill_share")),
@@ -150,6 +144,72 @@ def alerts(store, tbt_slo_s: float | None = None, window_s: float = 300.0) -> li
                         "text": f"TBT SLO at risk: p90 of per-request TBT over the last {window_s:.0f} s "
                                 f"of requests is {p90 * 1e3:.1f} ms against a target of {target * 1e3:.0f} ms"})
     return out
+
+
+def _current_layout(store) -> dict | None:
+    """What the server runs by its newest successful layout event: {layout, prefill_share,
+    chunked_prefill_tokens, since_s, actor}, or None."""
+    ev = store.layout_events()
+    ok = ev[ev["status"] == "ok"]
+    if not len(ok):
+        return None
+    last = ok.iloc[-1]
+    try:
+        detail = json.loads(last["detail"] or "{}") if isinstance(last["detail"], str) else {}
+    except ValueError:
+        detail = {}
+    return {"layout": last["to_layout"], "prefill_share": _num(last["prefill_share"]),
+            "chunked_prefill_tokens": detail.get("chunked_prefill_tokens"),
+            "since_s": float(last["ts_s"]), "actor": last["actor"]}
+
+
+@_locked
+def answer(store, rec_id: int) -> dict:
+    """The recommendation `rec_id` in words (gpuprobe.decide.answer, with the last validate
+    on its workload), and the drift warning when the server no longer runs it after Apply:
+    {rec, answer, drift}."""
+    from gpuprobe.decide.answer import answer as words
+    from gpuprobe.decide.validate_evidence import last_validation
+    from gpuprobe.decide.drift import drift_warning
+    rec = load_recommendation(store, rec_id)
+    return {"rec": rec, "answer": words(rec, last_validation(store, rec.workload_name)),
+            "drift": drift_warning(rec, _current_layout(store))}
+
+
+@_locked
+def server_urls(store) -> list[str]:
+    """The URLs of the servers this store has recorded, newest first: where recommendations
+    were applied, what profile and replay targeted, what the agent scraped."""
+    seen: list[tuple[float, str]] = []
+    recs = store.recommendations()
+    for r in recs.itertuples():
+        if isinstance(getattr(r, "applied_target", None), str):
+            t = _num(r.applied_s)
+            seen.append((t if t is not None else float(r.created_s), r.applied_target))
+    for r in reads.profiles(store).itertuples():
+        if isinstance(r.target, str):
+            seen.append((float(r.created_s), r.target))
+    for r in store.runs().itertuples():
+        meta = json.loads(r.meta) if isinstance(r.meta, str) and r.meta else {}
+        urls = [meta.get("target")] + [u[:-len("/metrics")] for u in meta.get("scrape") or []
+                                        if isinstance(u, str) and u.endswith("/metrics")]
+        seen += [(float(r.started_s), u) for u in urls if isinstance(u, str) and u.startswith("http")]
+    out: list[str] = []
+    for _, url in sorted(seen, reverse=True):
+        url = url.rstrip("/")
+        if url not in out:
+            out.append(url)
+    return out
+
+
+@_locked
+def slo_ms(store) -> tuple[float | None, float | None]:
+    """(TTFT, TPOT) targets of the latest recommendation in ms, (None, None) without one."""
+    try:
+        rec = latest_recommendation(store)
+    except UserError:
+        rec = None
+    return (None, None) if rec is None else (rec.slo.ttft_s * 1e3, rec.slo.tpot_s * 1e3)
 
 
 def slo_tbt_s(rec: Recommendation | None) -> float | None:
@@ -206,8 +266,12 @@ def forecast_ids(store) -> pd.DataFrame:
 
 
 @_locked
-def forecast(store, forecast_id: str | None) -> pd.DataFrame:
-    return store.forecasts(forecast_id=forecast_id)
+def forecast(store, forecast_id: str | None, created_s: float | None = None) -> pd.DataFrame:
+    """One stored forecast's rows (by id; one stored without an id by its time): never the
+    rows of every forecast, which a chart would draw as one zig-zagging band."""
+    from gpuprobe.forecast.bands import one_forecast
+    rows = store.forecasts(forecast_id=forecast_id)
+    return one_forecast(rows, forecast_id, created_s)
 
 
 @_locked

@@ -85,7 +85,10 @@ def fill(path, gpus: bool = True, requests: bool = True, decisions: bool = True,
                              "best_predicted": "monolithic", "bar_met": 1,
                              "body": {"rows": vrows, "best_measured": "monolithic", "best_predicted": "monolithic",
                                       "measured_range": {"monolithic": {"ttft_p50_s": [0.095, 0.105]}},
-                                      "summary": {"monolithic": {"median_abs_rel_error_p50": 0.075}}}})
+                                      "summary": {"monolithic": {"median_abs_rel_error_p50": 0.075,
+                                                                 "slo_attainment_measured": 1.0},
+                                                  "intra": {"median_abs_rel_error_p50": 0.075,
+                                                            "slo_attainment_measured": 0.9}}}})
     if decisions:
         store.insert_decision({"ts_s": t0 + 310, "target": "http://127.0.0.1:8000", "current_layout": "monolithic",
                                "chosen_layout": "intra", "action": "switch", "reason": "decode-heavy ahead",

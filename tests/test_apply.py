@@ -182,6 +182,22 @@ def test_apply_under_streaming_load_then_check(server, capsys):
     assert f"{len(after)} requests measured since the switch" in text and "ttft_p99_s" in text
 
 
+def test_applying_what_already_runs_switches_nothing(server, capsys):
+    srv, db, tmp = server
+    now = _layout(srv.url)  # whatever the tests before left running: asked for again
+    params = ({"chunked_prefill_tokens": now["chunked_prefill_tokens"]} if now["layout"] == "monolithic"
+              else {"prefill_share": now["prefill_share"]})
+    with Store.open(db) as store:
+        rid = _recommendation(store, now["layout"], params)
+    rc = main(["--store", str(db), "apply", "--recommendation", str(rid), "--target", srv.url,
+               "--admin-token-file", str(tmp / "token")])
+    out = capsys.readouterr().out
+    assert rc == 0 and f"already runs {now['layout']}" in out and "not switched" in out, out
+    assert len(_layout(srv.url)["history"]) == len(now["history"])  # no switch, no worker restart
+    with Store.open(db) as store:
+        assert store.recommendation(rid)["applied_target"] == srv.url
+
+
 def test_check_refuses_a_recommendation_never_applied(tmp_path):
     with Store.open(tmp_path / "s.db") as store:
         rid = _recommendation(store, "intra", {"prefill_share": 0.4})

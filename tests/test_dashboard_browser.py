@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's c
 TOKEN = "dashboard-test-token"
 # Live first: a fresh app's first URL naming a page must still run app.py's navigation
 PAGES = (("live", "Live", 1), ("", "Overview", 1), ("workload", "Workload", 6), ("model", "Model", 1),
-         ("forecast", "Forecast", 2), ("recommend", "Recommend", 0), ("reports", "Reports", 0))
+         ("forecast", "Forecast", 2), ("recommend", "Recommend", 1), ("reports", "Reports", 0))
 
 
 # The page's documents: its own and its same-origin frames (Overview and Live draw their

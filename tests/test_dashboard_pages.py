@@ -25,6 +25,10 @@ def page(name: str, store_path, monkeypatch) -> AppTest:
     return at
 
 
+def button(at: AppTest, label: str):
+    return next(b for b in at.button if b.label == label)
+
+
 def texts(elements) -> str:
     return "\n".join(str(e.value) for e in elements)
 
@@ -56,7 +60,14 @@ def test_overview_counts_hosts_gpus_layout_recommendation_and_alerts(filled, mon
     assert metrics["Hosts"] == "1" and metrics["GPUs"] == "2"
     assert metrics["Current layout"] == "intra"  # the last switch, not the layout serve started with
     assert metrics["Goodput per device"] == "3.25 req/s"
-    assert metrics["Expected gain over the runner-up"] == "18.0%"
+    # over the best other layout, from the candidates of a row stored before the margin was
+    assert metrics["Margin over the best other layout"] == "+18%"
+    said = texts(at.markdown)
+    assert "Run intra (70% of each device prefills, the rest decodes) on 1 device: 3.25 req/s per device" in said
+    assert "18% more than the best other layout, monolithic (2.75 req/s per device)" in said
+    # the validate on the same workload measured monolithic best: said, with both figures
+    assert ("measured monolithic best: 100% of requests within the SLO, against intra's 90% of requests "
+            "within the SLO (+10 points of attainment)") in texts(at.warning)
     assert "gpu1 (GPU-x) lost" in texts(at.error)
     assert "dropped 500 samples" in texts(at.warning)
     glance = basic_charts(at)[0]  # the last hour: SM activity, request rate
@@ -205,8 +216,9 @@ def test_apply_to_an_unreachable_server_changes_nothing(filled, monkeypatch):
     at.text_input[0].set_value("http://127.0.0.1:9")
     at.text_input[1].set_value("secret")
     at.checkbox[0].check()
-    at.button[0].click().run()
+    button(at, "Apply").click().run()
     assert "Not applied: cannot reach http://127.0.0.1:9" in texts(at.error)
+    assert texts(at.error).count("othing was changed") == 1  # said once
     with Store.open(filled, read_only=True) as store:
         assert store.recommendation(1)["applied_s"] is None
 
@@ -214,7 +226,7 @@ def test_apply_to_an_unreachable_server_changes_nothing(filled, monkeypatch):
 def test_apply_asks_for_confirmation(filled, monkeypatch):
     at = page("recommend", filled, monkeypatch)
     at.text_input[1].set_value("secret")
-    at.button[0].click().run()
+    button(at, "Apply").click().run()
     assert "Tick the confirmation" in texts(at.warning)
 
 
@@ -237,3 +249,62 @@ def test_reports_lists_the_reports_beside_the_store(tmp_path, monkeypatch):
     labels = [b.label for b in at.get("download_button")]
     assert sorted(label.split(" ")[0] for label in labels) == ["report.html", "report.pdf"]
     assert at.button[0].label == "Generate report"
+
+
+def test_live_panels_each_have_a_legend_a_time_axis_and_the_slo(filled, monkeypatch):
+    spec = live_spec(page("live", filled, monkeypatch))
+    xaxes = [v for k, v in spec["layout"].items() if k.startswith("xaxis")]
+    assert all(a["showticklabels"] for a in xaxes) and "local time" in xaxes[-1]["title"]["text"]
+    titles = [a["text"] for a in spec["layout"]["annotations"] if a["text"].startswith("<b>")]
+    ttft = next(t for t in titles if t.startswith("<b>TTFT"))
+    assert "p50</span>" in ttft and "p99</span>" in ttft  # the panel's own legend
+    # the recommendation's SLO (TTFT 2 s, TPOT 100 ms) as a dotted line on the TTFT and TBT panels
+    slo = sorted(s["y0"] for s in spec["layout"]["shapes"] if s["line"].get("dash") == "dot")
+    assert slo == [100.0, 2000.0]
+
+
+def test_drift_after_apply_is_warned_on_both_pages(tmp_path, monkeypatch):
+    store = fill(tmp_path / "d.db")
+    store.mark_recommendation_applied(1, "http://127.0.0.1:8000", ts_s=T0 + 400)
+    store.insert_layout_events([{"ts_s": T0 + 500, "host": "node-a", "from_layout": "intra", "to_layout": "cross",
+                                 "prefill_share": 0.5, "actor": "admin", "status": "ok"}])
+    store.close()
+    for name in ("overview", "recommend"):
+        said = texts(page(name, tmp_path / "d.db", monkeypatch).warning)
+        assert "Drift: http://127.0.0.1:8000 runs cross with 50% prefill since" in said, (name, said)
+        assert "(switched by admin), not recommendation 1's intra 70% prefill" in said
+
+
+def test_what_if_asks_again_for_another_gpu_and_draws_each_candidate(filled, monkeypatch):
+    at = page("recommend", filled, monkeypatch)
+    gpu = next(s for s in at.selectbox if s.label == "GPU")
+    gpu.set_value("h100")
+    next(n for n in at.number_input if n.label == "TTFT target (s)").set_value(0.5)
+    button(at, "Ask again").click().run(timeout=120)
+    assert not at.exception
+    said = texts(at.markdown)
+    assert said.count("Run ") >= 2 and "a first token within 500 ms" in said  # the stored answer, then the what-if's
+    chart = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "what-if" in c.proto.id][0]
+    chosen = [t for t in chart["data"] if t["name"] == "chosen"]
+    assert len(chosen) == 2 and all(len(t["x"]) == 1 for t in chosen)  # marked on both panels
+    assert chart["layout"]["xaxis"]["title"]["text"].startswith("TTFT p99")
+
+
+def test_forecast_bands_are_one_forecasts_and_skip_steps_without_bounds(tmp_path):
+    from gpuprobe.dashboard import charts, queries
+    from gpuprobe.forecast.bands import band_outline
+    with Store.open(tmp_path / "f.db") as store:  # two forecasts stored without an id, at 1 and 2
+        store.insert_forecasts([{"created_s": c, "workload": "w", "model": "ets", "metric": "decode_tokens_per_s",
+                                 "target_s": 60.0 * k, "value": v, "lo80": v - 50, "hi80": v + 50,
+                                 "lo95": np.nan if (c, k) == (2.0, 3) else v - 90, "hi95": v + 90,
+                                 "as_of_s": 0.0, "bucket_s": 60.0, "horizon_s": 300.0}
+                                for c, v in ((1.0, 0.0), (2.0, 1000.0)) for k in range(1, 6)])
+        rows = queries.forecast(store, None, 2.0)
+    assert len(rows) == 5 and set(rows["value"]) == {1000.0}  # not the other forecast's zeros
+    fig = charts.forecast_figure(rows, None, "decode_tokens_per_s")
+    band95, band80 = (next(t for t in fig.data if t.name == n) for n in ("95% interval", "80% interval"))
+    assert min(band95.y) == 910.0 and len(band95.x) == 8  # the step without a 95% bound is left out
+    assert min(band80.y) == 950.0 and max(band80.y) <= max(band95.y)
+    assert fig.layout.yaxis.title.text == "decode tokens per s (tokens/s)"
+    xs, ys = band_outline([1, 2], [np.nan, 1], [np.nan, 2])
+    assert list(xs) == [2, 2] and list(ys) == [2, 1]

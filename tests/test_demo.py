@@ -5,6 +5,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,16 @@ def test_demo_quick_runs_every_stage_and_leaves_its_outputs(demo):
     assert con.execute("SELECT COUNT(*) FROM validations").fetchone()[0] == 1  # validate kept its result
     assert (db.parent / "report.html").stat().st_size > 10_000
     assert (db.parent / "report.pdf").read_bytes()[:5] == b"%PDF-"
+    # validate ran first, on the slice recommend then weighed, and the answer says what it measured
+    body = json.loads(con.execute("SELECT body FROM recommendations").fetchone()[0])
+    assert any(r["text"].startswith("last validate (azure-conv") for r in body["reasons"])
+    first = " ".join(subprocess.run(["pdftotext", "-f", "1", "-l", "1", str(db.parent / "report.pdf"), "-"],
+                                    capture_output=True, text=True).stdout.split())
+    assert body["decision"][:80] in first and "Decided on the first 16 requests of azure-conv" in first
+    for said in ("the best other layout", "per million output tokens", "Main risks",
+                 "What to do next", "the last validate on azure-conv"):
+        assert said in first, (said, first)
+    assert not re.search(r"--[a-z]|gpuprobe [a-z]+ ", first), first  # no flag, no command on page one
     assert f"report (PDF)     {db.parent / 'report.pdf'}" in text
     actors = [r[0] for r in con.execute("SELECT actor FROM layout_events ORDER BY ts_s")]
     assert actors[-1] == "gpuprobe-apply"
@@ -69,3 +80,87 @@ def test_every_dashboard_page_shows_the_demo_run(demo):
     applied = sqlite3.connect(db).execute("SELECT to_layout FROM layout_events WHERE actor = 'gpuprobe-apply' "
                                           "ORDER BY ts_s DESC LIMIT 1").fetchone()
     check_every_page(db, applied[0])
+
+
+DECISION = '[data-testid="gpuprobe-decision"]'
+
+
+@pytest.mark.timeout(600)
+def test_pages_say_recommend_json_answer_and_warn_after_a_switch_by_hand(demo, tmp_path):
+    """In Chromium on the demo's store: Overview and Recommend show recommend --json's decision
+    sentence, the margin over the best other layout, confidence with its reason, $ per million
+    tokens and the validate evidence; after the server is switched by hand, both warn of drift.
+    Runs last: it adds a recommendation and a server to the demo's store."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from test_dashboard_browser import CHROMIUM, start_dashboard, wait_healthy
+
+    from gpuprobe.decide.admin_client import AdminClient
+    from gpuprobe.decide.apply import apply_recommendation
+    from gpuprobe.decide.recommendation import latest_recommendation
+    from gpuprobe.demo.common import QUICK
+    from gpuprobe.demo.stages import recommend_argv
+    from gpuprobe.server.kv_transfer import free_port
+    from gpuprobe.server.launch import start_server
+    from gpuprobe.store import Store
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed")
+    db, out = demo
+    assert out.returncode == 0, out.stdout[-2000:]
+    with Store.open(db) as store:
+        first = latest_recommendation(store)  # the demo's, applied: the server starts in its layout
+    d = first.deployment
+    port = free_port("127.0.0.1")
+    dash = start_dashboard(db, port, tmp_path / "dashboard.log")
+    # recommend, the dashboard and the server start at once (each its own process)
+    ask = subprocess.Popen([sys.executable, "-m", "gpuprobe.cli.main", "recommend", "--store", str(db), "--json",
+                            *(str(a) for a in recommend_argv(QUICK, db.parent / "profile.json"))],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    token = "demo-drift-token"
+    try:
+        with start_server("tiny", d.layout, store=str(db), kv_cache_mb=16, log_path=str(tmp_path / "serve.log"),
+                          prefill_share=d.prefill_share, chunked_prefill_tokens=d.chunked_prefill_tokens,
+                          env={"GPUPROBE_ADMIN_TOKEN": token, "GPUPROBE_KV_RING_MB": "0"}) as srv:
+            said, err = ask.communicate(timeout=300)
+            assert ask.returncode == 0, err[-2000:]
+            answer = json.loads(said)
+            with Store.open(db) as store:
+                apply_recommendation(store, answer["id"], srv.url, token)
+            base = f"http://127.0.0.1:{port}"
+            wait_healthy(base, dash)
+            with sync_api.sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+                page = browser.new_page(viewport={"width": 1400, "height": 1600})
+                for path in ("", "recommend"):
+                    page.goto(f"{base}/{path}")
+                    for said in (answer["decision"], "Margin over the best other layout", "the best other layout, ",
+                                 answer["confidence"]["basis"], "$ per million output tokens",
+                                 "Evidence: the last validate on azure-conv"):
+                        page.get_by_text(said).first.wait_for(timeout=60_000)  # each part drawn
+                    assert page.locator(DECISION).first.inner_text().strip() == answer["decision"], path
+                    assert page.get_by_text("Drift:").count() == 0, path
+                # by hand: another layout than the one applied, as an operator would switch it
+                other = {"layout": "intra", "prefill_share": 0.5} if d.layout != "intra" else {"layout": "monolithic"}
+                AdminClient(srv.url, token).switch(other, actor="admin", reason="by hand")
+                _wait_for_event(db, "admin")  # the server's telemetry thread writes it
+                for path in ("", "recommend"):
+                    page.goto(f"{base}/{path}")
+                    page.get_by_text("Drift:").first.wait_for(timeout=30_000)
+                    assert f"runs {other['layout']}" in page.get_by_text("Drift:").first.inner_text()
+                browser.close()
+    finally:
+        ask.kill()
+        dash.terminate()
+        dash.wait(20)
+
+
+def _wait_for_event(db, actor: str, timeout_s: float = 60.0) -> None:
+    import time
+
+    from gpuprobe.store import Store
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with Store.open(db, read_only=True) as store:
+            if (store.layout_events()["actor"] == actor).any():
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"no layout event by {actor} in the store after {timeout_s:.0f} s")

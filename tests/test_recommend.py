@@ -120,11 +120,15 @@ def test_cli_json_stores_and_what_if(capsys, tmp_path):
     for key in ("id", "layout", "params", "max_goodput_rps_per_device", "candidates", "margin",
                 "confidence", "reasons", "slo", "profile", "workload", "cost_per_million_output_tokens"):
         assert key in rec, key
-    # the H200 roofline serves these 800-token prompts best with chunked prefill (24.5 req/s per
-    # device against 23.1 at 2048-token chunks and 21.9 for cross 1P1D); a spec-sheet profile
-    # is never trusted highly
-    assert rec["label"] == "monolithic chunked 512" and rec["params"]["chunked_prefill_tokens"] == 512
-    assert rec["confidence"]["word"] == "low" and rec["confidence"]["basis"].startswith("profile not (fully) measured")
+    # the H200 roofline serves these 800-token prompts best with chunked prefill at a budget
+    # above them (2048 and 8192 run the same steps): 240 requests are a burst at its rates (the
+    # top candidates tied at the workload's limit, 23.6 req/s per device), so the search repeats
+    # them until the top is decided (~26 req/s per device); a spec-sheet profile is never
+    # trusted highly
+    assert rec["layout"] == "monolithic" and rec["params"]["chunked_prefill_tokens"] >= 2048
+    assert rec["search"]["repeats"] > 1 and rec["max_goodput_rps_per_device"] > 24.5
+    assert rec["confidence"]["word"] in ("low", "medium")  # never high on a spec sheet
+    assert rec["confidence"]["basis"].startswith("the profile assumes some figures it did not measure")
     assert all({"text", "evidence"} <= set(r) for r in rec["reasons"])
     with Store.open(db) as store:
         row = store.recommendation(rec["id"])
@@ -151,14 +155,16 @@ def test_cli_bad_input_one_line_exit_2(capsys, tmp_path):
     wl.to_csv(trace, index=False)
     base = ("recommend", "--workload", str(trace), "--profile", str(prof), "--store", db)
     cases = [(("--devices", "0"), "--devices must be at least 1"),
-             (("--slo", "ttft=1ms,tbt=1ms"), "no candidate meets these SLOs"),
              (("--slo", "fast"), "--slo"), (("--link", "carrier-pigeon"), "--link")]
     for extra, needle in cases:
         rc, out, err = cli(capsys, *base, *extra)
         last = err.strip().splitlines()[-1]  # before it, only the search's progress lines
         assert rc == 2 and needle in last and all(x.startswith("  ") for x in err.splitlines()[:-1]), (extra, err)
+    # no layout meets it: an answer, not bad input (exit 3; --json's form: test_answer.py)
     rc, _, err = cli(capsys, *base, "--slo", "ttft=1ms,tbt=1ms")
-    assert "comes closest" in err and "against 0.001 s" in err
+    last = err.strip().splitlines()[-1]
+    assert rc == 3 and last.startswith("No layout meets the SLO") and "comes closest" in last
+    assert "against 1 ms" in last
     empty = tmp_path / "empty.csv"
     empty.write_text("arrival_s,prompt_tokens,output_tokens\n")
     rc, _, err = cli(capsys, "recommend", "--workload", str(empty), "--profile", str(prof), "--store", db)

@@ -92,6 +92,11 @@ def test_pdf_memo_options_and_images(filled, tmp_path):
     assert "Main risks" in first and "What to do next" in first and "Expected change" in first
     assert "±7% (model error)" in first and "median error at p50" in first  # uncertainty, said once
     assert "Confidence is low (" in first  # the risk says why, from the recommendation's basis
+    # page one is for people: the gain over the best other layout and the cost in words, no
+    # flag and no command (those are in the details section at the end)
+    assert "the best other layout" in first and re.search(r"\$[\d.]+ per million output tokens", first)
+    assert not re.search(r"--[a-z]|gpuprobe [a-z]+ ", first), first
+    assert "gpuprobe plan --recommendation" in text  # the details section
     for c in rec.candidates:  # the options table: every candidate
         assert c["label"] in text
     assert "sm_util_pct 90.0 40.0" in text  # counters in prefill-heavy / decode-heavy periods

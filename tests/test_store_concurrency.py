@@ -52,3 +52,35 @@ def test_two_writers_and_a_reader(tmp_path):
         assert len(store.requests(source="test")) == 80
         ds = store.downsample("sm_util_pct", 1e9, 1e9 + 4000, 100)
         assert ds["num_samples"].sum() == 40_000  # the rollup saw every row from both writers
+
+
+
+LOCK_PROBE = textwrap.dedent("""
+    import fcntl, os, sys
+    fd = os.open(sys.argv[1], os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        print("free")
+    except OSError:
+        print("held")
+""")
+
+
+def test_opening_the_store_again_keeps_the_locks_of_this_processs_readers(tmp_path):
+    """Store.open reads the file's header through SQLite: closing a plain descriptor of the
+    file drops every lock this process holds on it (POSIX), so a reader here (the dashboard's
+    cached connection while Apply opens the store) lost its lock, and another process could
+    checkpoint the WAL out from under it (the reader then missed rows written since)."""
+    import sqlite3
+    path = tmp_path / "s.db"
+    Store.open(path).close()
+    reader = sqlite3.connect(path)  # mid-statement: it holds a lock on the file
+    reader.execute("SELECT key FROM meta").fetchone()
+
+    def probe() -> str:
+        return subprocess.run([sys.executable, "-c", LOCK_PROBE, str(path)], capture_output=True,
+                              text=True, timeout=60).stdout.strip()
+    assert probe() == "held"
+    Store.open(path).close()
+    assert probe() == "held"
+    reader.close()

@@ -1,11 +1,9 @@
 """Forecast: each series with its 80% and 95% intervals, the chosen model, the backtest."""
-import time
-
 import streamlit as st
 
 from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.charts import forecast_figure
-from gpuprobe.dashboard.common import cached, missing
+from gpuprobe.dashboard.common import cached, local_time, missing
 from gpuprobe.forecast.persist import note_backtest, note_text
 
 st.title("Forecast")
@@ -14,10 +12,10 @@ if ids.empty:
     missing("No forecast stored.", "gpuprobe forecast --workload azure-conv --bucket 10s --horizon 60s")
     st.stop()
 
-labels = {i: f"{r.forecast_id or 'forecast'} ({r.workload or 'live'}, "
-          f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(r.created_s))} UTC)" for i, r in enumerate(ids.itertuples())}
+labels = {i: f"{r.forecast_id or 'forecast'} ({r.workload or 'live'}, {local_time(r.created_s, '%Y-%m-%d %H:%M')})"
+          for i, r in enumerate(ids.itertuples())}
 pick = ids.iloc[st.selectbox("Forecast", list(labels), format_func=labels.get)]
-rows = cached(queries.forecast, pick["forecast_id"])
+rows = cached(queries.forecast, pick["forecast_id"], None if pick["forecast_id"] else float(pick["created_s"]))
 bucket_s = pick["bucket_s"]
 st.caption(f"as of {pick['as_of_s']:,.0f} s, bucket {bucket_s or float('nan'):g} s, horizon "
            f"{pick['horizon_s'] or float('nan'):g} s" if pick["as_of_s"] is not None else "")

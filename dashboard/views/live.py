@@ -4,7 +4,7 @@ import streamlit as st
 
 from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.charts import live_figure
-from gpuprobe.dashboard.common import cached, missing, window_points
+from gpuprobe.dashboard.common import cached, local_time, missing, window_points
 from gpuprobe.dashboard.fast_chart import plotly_basic_chart
 
 REQUEST_BUCKET_S = 5.0  # narrower request buckets are mostly empty or single requests
@@ -35,6 +35,7 @@ def charts() -> None:
     picked = () if set(devices) == set(gpu_devices) else tuple(devices)  # () = all: Overview's cache key
     panels = cached(queries.counter_panels, start, end, points, None if host in (None, "all") else host, picked)
     source, req = cached(queries.request_panels, start, end, max(1, min(points, int((end - start) / REQUEST_BUCKET_S))))
+    slo = cached(queries.slo_ms)  # (TTFT, TPOT) targets of the latest recommendation, ms
     if len(req):
         panels += [
             {"title": f"Request rate ({source})", "unit": "req/s",
@@ -42,10 +43,10 @@ def charts() -> None:
             {"title": f"Prefill and decode tokens/s ({source})", "unit": "tok/s",
              "traces": [{"name": "prefill", "ts_s": req["ts_s"], "value": req["prefill_tokens_per_s"]},
                         {"name": "decode", "ts_s": req["ts_s"], "value": req["decode_tokens_per_s"]}]},
-            {"title": f"TTFT ({source})", "unit": "ms",
+            {"title": f"TTFT ({source})", "unit": "ms", "slo": slo[0],
              "traces": [{"name": "p50", "ts_s": req["ts_s"], "value": req["ttft_p50_s"] * 1e3},
                         {"name": "p99", "ts_s": req["ts_s"], "value": req["ttft_p99_s"] * 1e3}]},
-            {"title": f"TBT ({source}; per-request p50 and p99)", "unit": "ms",
+            {"title": f"TBT ({source}; per-request p50 and p99)", "unit": "ms", "slo": slo[1],
              "traces": [{"name": "p50", "ts_s": req["ts_s"], "value": req["tbt_p50_s"] * 1e3},
                         {"name": "p99", "ts_s": req["ts_s"], "value": req["tbt_p99_s"] * 1e3}]}]
     switches = cached(queries.layout_switches, start, end)
@@ -59,16 +60,13 @@ def charts() -> None:
     if not panels:
         return
     st.caption(f"{len(panels)} panels, {sum(len(t['ts_s']) for p in panels for t in p['traces']):,} points, "
-               f"{len(switches)} layout switches; newest data {_utc(last)} UTC")
+               f"{len(switches)} layout switches; newest data {local_time(last)}"
+               + ("; dotted lines: the latest recommendation's SLO" if slo[0] is not None else ""))
     plotly_basic_chart(live_figure(panels, switches, (start, end)), key="live")
     if len(switches):
         with st.expander(f"Layout switches ({len(switches)})"):
-            st.dataframe(switches.assign(ts=lambda d: d["ts_s"].map(_utc)), hide_index=True)
-
-
-def _utc(ts_s: float) -> str:
-    import time
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts_s))
+            st.dataframe(switches.assign(time=lambda d: d["ts_s"].map(local_time)).drop(columns="ts_s"),
+                         hide_index=True)
 
 
 charts()

@@ -1,11 +1,10 @@
 """Model: predicted against measured from the latest validate, with the replay spread."""
-import time
 
 import pandas as pd
 import streamlit as st
 
 from gpuprobe.dashboard import queries
-from gpuprobe.dashboard.common import cached, fmt_pct, missing
+from gpuprobe.dashboard.common import cached, fmt_pct, local_time, missing
 
 st.title("Model: predicted against measured")
 vals = cached(queries.validations)
@@ -14,7 +13,7 @@ if vals.empty:
     st.stop()
 
 vals = vals.sort_values("created_s", ascending=False)
-labels = {int(r.pk): f"#{r.pk} {time.strftime('%Y-%m-%d %H:%M', time.gmtime(r.created_s))} UTC, "
+labels = {int(r.pk): f"#{r.pk} {local_time(r.created_s, '%Y-%m-%d %H:%M')}, "
           f"{r.workload or '?'} on {r.device or '?'}" for r in vals.itertuples()}
 pk = st.selectbox("Validate run", list(labels), format_func=labels.get)
 row = vals[vals["pk"] == pk].iloc[0]

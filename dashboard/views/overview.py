@@ -1,11 +1,10 @@
 """Overview: hosts, GPUs, serving engine, current layout, the latest recommendation, alerts."""
-import time
-
 import streamlit as st
 
 from gpuprobe.dashboard import queries
+from gpuprobe.dashboard.answer_view import show_answer
 from gpuprobe.dashboard.charts import live_figure
-from gpuprobe.dashboard.common import cached, fmt_pct, missing, window_points
+from gpuprobe.dashboard.common import cached, local_time, missing, window_points
 from gpuprobe.dashboard.fast_chart import plotly_basic_chart
 from gpuprobe.dashboard.queries import slo_tbt_s
 
@@ -40,22 +39,18 @@ st.subheader("Alerts")
 if not alerts:
     st.success("No alerts: no GPU lost, no samples dropped, TBT within its SLO.")
 for a in alerts:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(a["ts_s"]))
-    (st.error if a["level"] == "error" else st.warning)(f"{when} UTC: {a['text']}")
+    (st.error if a["level"] == "error" else st.warning)(f"{local_time(a['ts_s'])}: {a['text']}")
 
-st.subheader("Latest recommendation")
+st.subheader("The answer")
 if o["recommendation_error"]:
     st.error(o["recommendation_error"])
 elif rec is None:
     missing("No recommendation stored yet.", "gpuprobe recommend --workload azure-conv --profile profile.json")
 else:
-    st.markdown(f"**#{rec.id}: {rec.label}** for workload `{rec.workload_name}` "
-                f"(confidence {rec.confidence.word or fmt_pct(rec.confidence.value)})")
-    m = st.columns(3)
-    gp = rec.max_goodput_rps_per_device
-    m[0].metric("Goodput per device", f"{gp:.2f} req/s" if gp is not None else "n/a")
-    m[1].metric("Expected gain over the runner-up", fmt_pct(rec.margin))
-    m[2].metric("Applied", "yes" if rec.applied_s else "not yet")
+    st.caption(f"Recommendation #{rec.id} for workload {rec.workload_name}"
+               + (f", applied to {rec.applied_target}" if rec.applied_s else ", not applied yet"))
+    show_answer(cached(queries.answer, rec.id), compact=True)
+    st.metric("Applied", "yes" if rec.applied_s else "not yet")
 
 st.subheader("Hosts and GPUs")
 if not o["hosts"]:
@@ -73,9 +68,9 @@ if o["engines"]:
     st.write("Engines scraped by the agent: " + ", ".join(f"`{e}`" for e in o["engines"]))
 if len(o["serve_runs"]):
     runs = o["serve_runs"].copy()
-    for col in ("started_s", "ended_s"):  # epoch seconds as UTC times a person reads
-        runs[col] = runs[col].map(lambda t: "" if t is None or t != t else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)))
-    st.dataframe(runs.rename(columns={"started_s": "started (UTC)", "ended_s": "ended (UTC)"}), hide_index=True)
+    for col in ("started_s", "ended_s"):  # epoch seconds as local times a person reads
+        runs[col] = runs[col].map(local_time)
+    st.dataframe(runs.rename(columns={"started_s": "started", "ended_s": "ended"}), hide_index=True)
 if not o["engines"] and not len(o["serve_runs"]):
     missing("No serving engine seen.", "gpuprobe serve --model tiny --store STORE  (or gpuprobe agent --scrape URL)")
 st.caption("Rows: " + ", ".join(f"{k} {v:,}" for k, v in o["counts"].items()))

@@ -1,13 +1,12 @@
 """Reports: generate and download the management report (what `gpuprobe report` writes, through
 the same library call, gpuprobe.report.write_report)."""
 import tempfile
-import time
 from pathlib import Path
 
 import streamlit as st
 
 from gpuprobe.dashboard import queries
-from gpuprobe.dashboard.common import cached, missing, store_path
+from gpuprobe.dashboard.common import cached, local_time, missing, store_path
 from gpuprobe.errors import GpuprobeError
 from gpuprobe.report import partial_note, write_report
 from gpuprobe.store import Store
@@ -22,8 +21,8 @@ written = sorted((p for ext in ("html", "pdf") for p in Path(store_path()).paren
 if written:  # e.g. the demo's, beside its store: readable before generating anything
     st.subheader("Reports beside the store")
     for i, path in enumerate(written):
-        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(path.stat().st_mtime))
-        st.download_button(f"{path.name} ({path.stat().st_size / 2**20:.1f} MiB, written {when} UTC)",
+        when = local_time(path.stat().st_mtime, "%Y-%m-%d %H:%M %Z")
+        st.download_button(f"{path.name} ({path.stat().st_size / 2**20:.1f} MiB, written {when})",
                            path.read_bytes(), file_name=path.name, key=f"written{i}",
                            mime="application/pdf" if path.suffix == ".pdf" else "text/html")
     st.subheader("A new report")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from gpuprobe.decide.admin_client import SWITCH_TIMEOUT_S, AdminClient, AdminError, layout_body
+from gpuprobe.decide.drift import runs
 from gpuprobe.decide.recommendation import load_recommendation
 
 ACTOR = "gpuprobe-apply"  # who the server's layout event names, unless the caller says
@@ -21,10 +22,12 @@ ACTOR = "gpuprobe-apply"  # who the server's layout event names, unless the call
 def apply_recommendation(store, rec_id: int, target: str, token: str, actor: str = ACTOR,
                          timeout_s: float = SWITCH_TIMEOUT_S, force: bool = False) -> dict:
     """Switch `target` (http://host:port) to recommendation `rec_id`'s layout and mark it
-    applied. Returns {recommendation, target, layout, prefill_share, chunked_prefill_tokens,
-    switch (the server's history entry), applied_s, kept (what a live switch cannot change),
-    took_over (the lease holder `force` went past, or None)}. AdminError 'held' while another
-    controller holds the server's lease and `force` is not given."""
+    applied. Where the server already runs it, nothing is switched (a switch restarts the
+    workers) and `unchanged` is True. Returns {recommendation, target, layout, prefill_share,
+    chunked_prefill_tokens, switch (the server's history entry, None when unchanged),
+    applied_s, kept (what a live switch cannot change), unchanged, took_over (the lease holder
+    `force` went past, or None)}. AdminError 'held' while another controller holds the
+    server's lease and `force` is not given."""
     rec = load_recommendation(store, rec_id)
     d = rec.deployment
     admin = AdminClient(target, token, switch_timeout_s=timeout_s)
@@ -34,6 +37,14 @@ def apply_recommendation(store, rec_id: int, target: str, token: str, actor: str
                          f"was changed, try again")
     lease = before.get("lease") or {}
     reason = f"recommendation {rec.id}"
+    if runs(d, before):  # a switch to what runs would restart its workers for nothing
+        now = before
+        store.mark_recommendation_applied(rec.id, admin.url, ts_s=time.time())
+        return {"recommendation": rec.id, "target": admin.url, "layout": now.get("layout"),
+                "prefill_share": now.get("prefill_share"),
+                "chunked_prefill_tokens": now.get("chunked_prefill_tokens"), "switch": None,
+                "applied_s": time.time(), "actor": actor, "reason": reason,
+                "kept": kept_by_live_switch(d), "unchanged": True, "took_over": None}
     try:
         entry = admin.switch(layout_body(d), actor, reason, force=force)
     except AdminError as exc:
@@ -51,7 +62,7 @@ def apply_recommendation(store, rec_id: int, target: str, token: str, actor: str
             "prefill_share": now.get("prefill_share"),
             "chunked_prefill_tokens": now.get("chunked_prefill_tokens"),
             "switch": entry, "applied_s": applied_s, "actor": actor, "reason": reason,
-            "kept": kept_by_live_switch(d),
+            "kept": kept_by_live_switch(d), "unchanged": False,
             "took_over": lease.get("holder") if force and lease.get("held") else None}
 
 

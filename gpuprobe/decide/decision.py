@@ -62,8 +62,8 @@ def run_decision(workload_df: pd.DataFrame, profile: Profile, slo: Slo,
                  progress: Callable[[str], None] | None = None) -> Recommendation:
     """The Recommendation for `workload_df` (arrival_s, prompt_tokens, output_tokens), stored
     in `store` when one is given (its id set; the store's counters and validate results are
-    its evidence). UserError on bad input or when no candidate meets the SLO at any rate;
-    nothing is stored then."""
+    its evidence). UserError on bad input, NoLayoutMeets (gpuprobe.decide.answer) when no
+    candidate meets the SLO at any rate; nothing is stored then."""
     wl = scale_workload(as_workload(workload_df), opts.what_if)
     forecast = opts.forecast
     if forecast is None and opts.fit_forecast is not None:

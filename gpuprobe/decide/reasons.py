@@ -47,7 +47,8 @@ def mixed_step_reason(profile: Profile, workload: pd.DataFrame, slo: Slo) -> dic
     mixed = step(prompt, prompt * prompt, batch, ctx, 1)
     text = (f"a decode step of {batch} requests takes {alone * 1e3:.1f} ms alone and "
             f"{mixed * 1e3:.1f} ms when a median prompt ({prompt} tokens) is prefilled in it "
-            f"(mixed-step factor {w.mixed_factor:.2f}, {w.mixed_source}); the TBT budget is "
+            f"(mixed-step factor {w.mixed_factor:.2f}, "
+            f"{'assumed, not measured' if w.mixed_source == 'default' else w.mixed_source}); the TBT budget is "
             f"{slo.tbt_s * 1e3:.0f} ms")
     return {"text": text, "evidence": {"decode_step_s": alone, "mixed_step_s": mixed,
                                        "slowdown": mixed / alone if alone else None,
@@ -68,6 +69,10 @@ def handoff_reason(profile: Profile, workload: pd.DataFrame, slo: Slo, layout: s
             f"{s50 * 1e3:.2f} ms for a median prompt ({kvb * p50 / 1e6:.1f} MB) and "
             f"{s99 * 1e3:.2f} ms at p99: {s99 / slo.tbt_s:.0%} of the {slo.tbt_s * 1e3:.0f} ms "
             "TBT budget")
+    if not kvb:  # 0 is a profile that did not say, not a free handoff
+        text = (f"{lay}'s KV handoff cost is unknown: the profile holds no KV bytes per token (it "
+                f"says 0), so its link ({link.bytes_per_s / 1e9:.3g} GB/s, {link.source}) cannot be "
+                f"turned into time against the {slo.tbt_s * 1e3:.0f} ms TBT budget")
     return {"text": text, "evidence": {"layout": lay, "link_bytes_per_s": link.bytes_per_s,
                                        "link_source": link.source, "handoff_p50_s": s50,
                                        "handoff_p99_s": s99, "kv_bytes_per_token": kvb,
@@ -109,36 +114,51 @@ def counter_reason(store) -> dict | None:
             "evidence": {**ev, "bucket_s": 10.0, "source": "store samples (agent)"}}
 
 
-def validate_reason(store, profile: Profile) -> dict | None:
-    """The last validate run's verdict (for this profile when the store says which)."""
+def validate_reason(store, profile: Profile, workload: str | None = None,
+                    layout: str | None = None) -> dict | None:
+    """The last validate run's verdict: on `workload` where one ran on it, else the last for
+    this profile, else the last of all. With `layout` (the chosen one), whether that run
+    measured it best, with both figures (`agrees`, `comparison`; same_workload says whether
+    the run was on this workload, the only case the confidence weighs a disagreement)."""
+    from gpuprobe.decide.validate_evidence import compare_validation, last_validation
     if store is None:
         return None
-    try:
-        v = store.validations()
-    except Exception:  # an older store without the table: nothing to say  # noqa: BLE001
-        return None
-    if v.empty:
-        return None
-    if "profile" in v.columns and profile.name in set(v["profile"].dropna()):
-        v = v[v["profile"] == profile.name]
-    last = v.iloc[-1]
-    body = last.get("body")
-    body = json.loads(body) if isinstance(body, str) else (body or {})
+    last = last_validation(store, workload) if workload else None
+    same = last is not None
+    if last is None:
+        try:
+            v = store.validations()
+        except Exception:  # an older store without the table: nothing to say  # noqa: BLE001
+            return None
+        if v.empty:
+            return None
+        if "profile" in v.columns and profile.name in set(v["profile"].dropna()):
+            v = v[v["profile"] == profile.name]
+        row = v.iloc[-1]
+        body = row.get("body")
+        last = {"created_s": float(row.get("created_s") or 0), "workload": row.get("workload"),
+                "best_measured": row.get("best_measured"), "best_predicted": row.get("best_predicted"),
+                "bar_met": row.get("bar_met"), "device": row.get("device"),
+                "body": json.loads(body) if isinstance(body, str) else (body or {})}
+    body = last["body"]
     medians, worst = _p50_errors(body)
-    text = (f"last validate ({last.get('workload')}, {last.get('device') or 'cpu'}): measured best "
-            f"{last.get('best_measured')}, predicted best {last.get('best_predicted')}")
+    text = (f"last validate ({last.get('workload')}, {last.get('device') or body.get('device') or 'cpu'}): "
+            f"measured best {last.get('best_measured')}, predicted best {last.get('best_predicted')}")
     if medians:
         bar = body.get("bar")
         text += "; median p50 error " + ", ".join(f"{k} {v:.0%}" for k, v in medians.items())
         text += f" (bar {bar:.0%})" if finite_number(bar) else ""
     if worst:
         text += f"; largest {worst[0]} {worst[1]:+.0%}"
-    return {"text": text, "evidence": {"validation_created_s": float(last.get("created_s") or 0),
+    cmp = compare_validation(layout, last) if layout else {}
+    return {"text": text, "evidence": {"validation_created_s": last["created_s"],
                                        "best_measured": last.get("best_measured"),
                                        "best_predicted": last.get("best_predicted"),
                                        "bar_met": last.get("bar_met"),
                                        "median_p50_error": medians,
-                                       "largest_error": list(worst) if worst else None}}
+                                       "largest_error": list(worst) if worst else None,
+                                       "same_workload": same, "agrees": cmp.get("agrees"),
+                                       "comparison": cmp.get("text")}}
 
 
 def _p50_errors(body: dict) -> tuple[dict, tuple[str, float] | None]:

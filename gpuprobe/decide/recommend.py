@@ -17,12 +17,14 @@ from typing import Callable
 import pandas as pd
 
 from gpuprobe.decide import reasons as why
+from gpuprobe.decide.answer import NoLayoutMeets, decision_sentence, infeasible
 from gpuprobe.decide.bounds import Lengths, goodput_bound
 from gpuprobe.decide.candidates import SIMPLER_FIRST
 from gpuprobe.decide.predict import MAX_NUM_SEQS, profile_for
+from gpuprobe.decide.prices import cost_per_million, device_price
 from gpuprobe.decide.rank import rank
 from gpuprobe.decide.recommendation import Confidence, Deployment, Recommendation
-from gpuprobe.decide.search import base_rate, offered, search_candidates
+from gpuprobe.decide.search import base_rate, decide_top, offered, search_candidates
 from gpuprobe.decide.space import Space, layout_space
 from gpuprobe.errors import UserError
 from gpuprobe.perf.costmodel import Link, Profile
@@ -64,11 +66,12 @@ def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: in
         raise UserError(f"no candidate layout fits {devices} device(s) with layouts {', '.join(layouts)}")
     rows = search_candidates(wl, profile, cands, slo, progress, seed,
                              bound=_bound(wl, profile, slo, len(cands)))
+    rows = decide_top(wl, profile, cands, slo, rows, progress, seed)
     pruned = [r for r in rows if r.get("pruned")]
     ranked = rank([r for r in rows if not r.get("pruned")])
     by_label = {c.label: c for c in cands}
     if not ranked[0]["meets_slo"]:
-        raise UserError(impossible(ranked, slo))
+        raise NoLayoutMeets(infeasible(ranked, slo))
     for r in ranked[:OFFERED_TOP]:
         r["at_offered"] = offered(wl, profile, by_label[r["label"]], slo, devices, seed)
     best = ranked[0]
@@ -76,15 +79,13 @@ def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: in
     other = next((r for r in ranked[1:] if r["layout"] != best["layout"]), None)
     margin, margin_layout = _margin(best, runner), _margin(best, other)
     unit = by_label[best["label"]]
-    reasons = build_reasons(wl, profile, slo, best, runner, other, margin, evidence_store)
+    reasons = build_reasons(wl, profile, slo, best, runner, other, margin, evidence_store, workload_name)
     reasons += layout_reasons(space, unit, devices)
-    cost: dict = {}
-    if cost_per_device_hour is not None:
-        for r in ranked:
-            r["cost_per_million_output_tokens"] = cost_per_million(
-                cost_per_device_hour, r["max_goodput_rps_per_device"], wl)
-        cost = {"cost_per_device_hour": cost_per_device_hour,
-                "cost_per_million_output_tokens": best["cost_per_million_output_tokens"]}
+    price = device_price(profile.meta, cost_per_device_hour)
+    mean_out = float(wl["output_tokens"].mean())
+    for r in ranked:
+        r["cost_per_million_output_tokens"] = cost_per_million(
+            price.usd_per_device_hour, r["max_goodput_rps_per_device"], mean_out)
     rec = Recommendation(
         deployment=Deployment.of(unit, replicas=devices // unit.devices,
                                  link=None if link is None or unit.layout != "cross" else str(link)),
@@ -100,10 +101,14 @@ def recommend(workload_df: pd.DataFrame, profile: Profile, slo: Slo, devices: in
         search={"seconds": time.perf_counter() - t0, "candidates": len(ranked),
                 "simulations": sum(r["simulations"] for r in rows),
                 "sample_requests": max(r["search_requests"] for r in rows),
+                "repeats": max(r.get("repeats", 1) for r in rows),
                 "pruned": [{"label": r["label"], "bound_rps_per_device": r["bound_rps_per_device"]}
                            for r in pruned],
-                "refused": list(space.refused)}, **cost)
-    return replace(rec, decision=sentence(rec))
+                "refused": list(space.refused)},
+        cost_per_device_hour=price.usd_per_device_hour,
+        cost_per_million_output_tokens=best["cost_per_million_output_tokens"],
+        cost_basis=price.basis, cost_assumed=price.assumed)
+    return replace(rec, decision=decision_sentence(rec))
 
 
 def _bound(wl: pd.DataFrame, profile: Profile, slo: Slo, num_cands: int):
@@ -172,25 +177,8 @@ def with_link(profile: Profile, link: str | float | None) -> Profile:
 
 
 def impossible(ranked: list[dict], slo: Slo) -> str:
-    """'no candidate meets these SLOs; X comes closest ...' from rows where none met."""
-    def gap(r):
-        a = r["at_goodput"]
-        return -(a.get("slo_attainment") or 0.0)
-    closest = min(ranked, key=gap)
-    a = closest["at_goodput"]
-    ttft, tbt = a.get("ttft_p99_s"), a.get("tbt_p99_s")
-    return (f"no candidate meets these SLOs ({_slo_text(slo)}) at any rate; {closest['label']} comes "
-            f"closest even at the lowest rate tried: {a.get('slo_attainment') or 0:.0%} of requests "
-            f"met (target {slo.attain:.0%}), TTFT p99 {_num(ttft)} s against {slo.ttft_s:g} s, TBT p99 "
-            f"{_num(tbt)} s against {slo.tbt_s:g} s")
-
-
-def _num(v) -> str:
-    return "n/a" if v is None or v != v else f"{v:.3g}"
-
-
-def _slo_text(slo: Slo) -> str:
-    return slo.describe()
+    """'No layout meets the SLO ...; X comes closest ...' from rows where none met."""
+    return infeasible(ranked, slo)["decision"]
 
 
 def _margin(best: dict, other: dict | None) -> float | None:
@@ -200,7 +188,8 @@ def _margin(best: dict, other: dict | None) -> float | None:
     return (g - h) / h if h > 0 else None
 
 
-def build_reasons(wl, profile, slo, best, runner, other, margin, store) -> list[dict]:
+def build_reasons(wl, profile, slo, best, runner, other, margin, store,
+                  workload_name: str | None = None) -> list[dict]:
     out = [why.ratio_reason(wl)]
     g = best["max_goodput_rps_per_device"]
     if runner is not None:
@@ -215,47 +204,30 @@ def build_reasons(wl, profile, slo, best, runner, other, margin, store) -> list[
     out.append(why.mixed_step_reason(profile, wl, slo))
     out.append(why.handoff_reason(profile, wl, slo, best["layout"] if best["layout"] != "monolithic"
                                   else (other or {}).get("layout", "cross")))
-    for extra in (why.counter_reason(store), why.validate_reason(store, profile)):
+    for extra in (why.counter_reason(store),
+                  why.validate_reason(store, profile, workload_name, best["layout"])):
         if extra:
             out.append(extra)
     return out
 
 
 def confidence(profile: Profile, margin_layout: float | None, reasons: list[dict]) -> Confidence:
-    """0-1 and a word: a measured profile and a wide margin over the best other layout make it
-    high; a spec-sheet profile, a thin margin or a validate run that missed its bar lower it."""
+    """0-1, a word and why: a measured profile and a wide margin over the best other layout
+    make it high; a profile with assumed parts, a thin margin, a validate run that missed its
+    bar, or one on the same workload that measured another layout best lower it."""
     measured = profile.confidence(SIMPLER_FIRST)["level"] == "high"
     value = 0.85 if measured else 0.55
     m = 0.2 if margin_layout is None else max(0.0, margin_layout)
     value *= 0.5 + 0.5 * min(1.0, m / 0.2)
+    why = ["the profile is measured" if measured else "the profile assumes some figures it did not measure",
+           f"{m:.0%} margin over the best other layout"]
     v = next((r["evidence"] for r in reasons if "bar_met" in r["evidence"]), None)
     if v is not None and v.get("bar_met") is not None:
         value = min(0.95, value + 0.1) if bool(v["bar_met"]) else value * 0.8
+        why.append("the last validate met its accuracy bar" if bool(v["bar_met"])
+                   else "the last validate missed its accuracy bar")
+    if v is not None and v.get("same_workload") and v.get("agrees") is False:
+        value *= 0.6  # the measurement on this workload names another layout
+        why.append(v["comparison"])
     word = "high" if value >= 0.7 else "medium" if value >= 0.45 else "low"
-    return Confidence(round(value, 3), word,
-                      ("measured profile" if measured else "profile not (fully) measured") +
-                      f", {m:.0%} margin over the best other layout")
-
-
-def cost_per_million(price_per_device_hour: float, goodput_rps_per_device: float,
-                     wl: pd.DataFrame) -> float | None:
-    """USD per million output tokens at the goodput: the device-hour over the output tokens a
-    device serves in an hour within the SLO."""
-    tok_per_s = goodput_rps_per_device * float(wl["output_tokens"].mean())
-    return price_per_device_hour / (tok_per_s * 3600.0) * 1e6 if tok_per_s > 0 else None
-
-
-def sentence(rec: Recommendation) -> str:
-    m, mo, runner = rec.margin, rec.margin_over_other_layout, rec.runner_up
-    tail = f", {m:.0%} over {runner}" if m is not None else ""
-    if m is not None and m < 0.05:  # within the search's resolution: won on TBT or simplicity
-        tail = f", tied on goodput with {runner} and ahead on p99 TBT or simplicity"
-    other = next((c["label"] for c in rec.candidates if c["layout"] != rec.layout), None)
-    if mo is not None and other != runner:
-        tail += f" and {mo:.0%} over the best other layout ({other})"
-    cost = rec.cost_per_million_output_tokens
-    price = f", ${cost:.3g} per million output tokens" if cost else ""
-    copies = f" x{rec.deployment.replicas}" if rec.deployment.replicas > 1 else ""
-    return (f"Run {rec.label}{copies} on {rec.deployment.devices} device(s): "
-            f"{rec.max_goodput_rps_per_device:.3g} req/s per device within the {rec.slo.name} SLO "
-            f"({_slo_text(rec.slo)}){tail}{price} (confidence {rec.confidence.word}).")
+    return Confidence(round(value, 3), word, "; ".join(why))

@@ -151,6 +151,8 @@ class Recommendation:
     search: dict = field(default_factory=dict)
     cost_per_device_hour: float | None = None
     cost_per_million_output_tokens: float | None = None
+    cost_basis: str | None = None                 # where the price comes from, in words
+    cost_assumed: bool = False                    # a list price, not one the user gave
     forecast: dict | None = None
     id: int | None = None
     created_s: float | None = None
@@ -190,9 +192,11 @@ class Recommendation:
                               "basis": self.confidence.basis},
                "reasons": list(self.reasons), "slo": self.slo.to_dict(), "profile": self.profile,
                "workload": self.workload, "search": self.search, "decision": self.decision}
-        for name in ("cost_per_device_hour", "cost_per_million_output_tokens", "forecast"):
+        for name in ("cost_per_device_hour", "cost_per_million_output_tokens", "cost_basis", "forecast"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        if self.cost_per_device_hour is not None:
+            out["cost_assumed"] = self.cost_assumed
         return out
 
     @classmethod
@@ -219,6 +223,7 @@ class Recommendation:
             search=dict(d.get("search") or {}),
             cost_per_device_hour=_num(d.get("cost_per_device_hour")),
             cost_per_million_output_tokens=_num(d.get("cost_per_million_output_tokens")),
+            cost_basis=d.get("cost_basis"), cost_assumed=bool(d.get("cost_assumed", False)),
             forecast=d.get("forecast"), **row)
 
 

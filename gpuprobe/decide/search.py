@@ -14,6 +14,13 @@ quarter of its requests: when these alone already miss the SLO more often than t
 may, the rate fails without the rest (an overloaded run is the slowest kind, and later
 arrivals only add load to earlier requests). offered() then adds the figures at the
 workload's own rate, spread over the deployment's devices, on the whole workload.
+
+A short workload (a slice of tens of requests) caps the search: past some rate it is one
+burst (`capped`), and candidates that reach that rate all read the same goodput, a tie made
+by the workload, not by the layouts. decide_top() then searches the capped candidates again
+on the workload repeated 2, 4, 8 ... times (the same rate and mix, k times as long) until the
+first candidate is no longer capped or nothing comes within the tie band of it; a row still
+capped shows its goodput as a lower bound (">= X").
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ import pandas as pd
 
 from gpuprobe.decide.goodput import Bracket, search
 from gpuprobe.decide.predict import predict
-from gpuprobe.decide.rank import GOODPUT_TOLERANCE
+from gpuprobe.decide.rank import GOODPUT_TOLERANCE, rank
 from gpuprobe.perf.costmodel import Profile
 from gpuprobe.perf.metrics import Slo
 
@@ -34,6 +41,7 @@ SEARCH_REQUESTS = 600
 # stops there, and the row says the workload, not the candidate, set its limit (`capped`).
 STEADY = 3.0
 FINE_PRECISION = 1.1
+MAX_REPEATS = 64  # a 40-request slice repeated up to 2,560 requests
 # A bound is a steady state's; a finite sample can run a few percent past it for a while
 # (an overload the TTFT and TPOT slack absorbs within the sample: 1.04x seen), so a
 # candidate is skipped only when its bound clears the best so far's tie band by this much.
@@ -63,13 +71,15 @@ def search_candidates(workload: pd.DataFrame, profile: Profile, cands: list, slo
                       progress: Callable[[str], None] | None = None,
                       seed: int | None = 0, sample: int = SEARCH_REQUESTS,
                       limits: dict | None = None,
-                      bound: Callable[[object], float] | None = None) -> list[dict]:
+                      bound: Callable[[object], float] | None = None,
+                      hints: dict | None = None) -> list[dict]:
     """One row per candidate (see _row), in the order given. workload: sorted, arrival_s from
     0. progress: called with a line per candidate. limits: the workers' max_num_seqs and
     num_blocks (predict()). bound: a candidate's goodput per device it cannot exceed
     (decide/bounds.py); with it the candidates are searched highest bound first, each starts
     from its bound times what the searched ones achieved of theirs, and one whose bound lies
-    below the best so far's tie band is not simulated (its row says `pruned`)."""
+    below the best so far's tie band is not simulated (its row says `pruned`). hints: a
+    first guess per candidate label (goodput per device), where one is known."""
     say = progress or (lambda _msg: None)
     r0 = base_rate(workload)
     bounds = [bound(c) for c in cands] if bound else [None] * len(cands)
@@ -86,7 +96,7 @@ def search_candidates(workload: pd.DataFrame, profile: Profile, cands: list, slo
             say(f"{n + 1}/{len(cands)} {c.label}: at most {cap:.3g} req/s/device, below the "
                 f"best so far (not simulated)")
             continue
-        hint = _hint(c, cap, last, rows.values(), best_per_dev)
+        hint = (hints or {}).get(c.label) or _hint(c, cap, last, rows.values(), best_per_dev)
         rows[i], small = _search_one(workload, profile, c, slo, seed, sample, limits, hint,
                                      floor * c.devices / r0)
         rows[i]["bound_rps_per_device"] = cap
@@ -132,6 +142,80 @@ def _search_one(workload, profile, c, slo, seed, sample, limits, hint, reach):
         size *= 2
     b.seconds = runs
     return _row(c, b, r0, len(small)), small
+
+
+def decide_top(workload: pd.DataFrame, profile: Profile, cands: list, slo: Slo, rows: list[dict],
+               progress: Callable[[str], None] | None = None, seed: int | None = 0,
+               limits: dict | None = None) -> list[dict]:
+    """`rows` (search_candidates' for `cands`, in that order) with the capped ones searched
+    again on the workload repeated until the top is decided (module docstring); each row
+    says how many times its workload was repeated (`repeats`). A row the bound pruned stays
+    as it is: it could not win at any length."""
+    rows = [{**r, "repeats": r.get("repeats", 1)} for r in rows]
+    k = 1
+    while k < MAX_REPEATS and undecided(rank([r for r in rows if not r.get("pruned")])):
+        k *= 2
+        again = contenders(rows)
+        if progress:
+            progress(f"{len(again)} candidates reached the workload's limit (it is too short at "
+                     f"their rates): searching them again on it repeated {k} times")
+        longer = repeated(workload, k)
+        known = {rows[i]["label"]: rows[i]["max_goodput_rps_per_device"] for i in again}  # met before
+        for i, r in zip(again, search_candidates(longer, profile, [cands[i] for i in again], slo,
+                                                 progress, seed, limits=limits, hints=known)):
+            rows[i] = {**r, "repeats": k}
+    return rows
+
+
+def contenders(rows: list[dict]) -> list[int]:
+    """The capped rows that could still reach the first's tie band (`reach`), and each
+    layout's best (the margin over the best other layout reads it): those get the longer
+    workload; a row that cannot keeps its `>= X`."""
+    live = [(i, r) for i, r in enumerate(rows) if not r.get("pruned")]
+    ranked = rank([r for _, r in live])
+    top = ranked[0]
+    floor = top["max_goodput_rps_per_device"] * (1 - GOODPUT_TOLERANCE)
+    firsts = {id(next(r for r in ranked if r["layout"] == lay)) for lay in {r["layout"] for r in ranked}}
+    return [i for i, r in live if r.get("capped")
+            and (reach(r, top) >= floor or id(r) in firsts)]
+
+
+def reach(r: dict, top: dict) -> float:
+    """What row r could show on the workload the first was searched on: a capped row's limit
+    grows about in proportion to the workload's length (a few request durations of it), so
+    one searched on a shorter repeat is scaled up to the first's; an uncapped row is as found."""
+    g = r["max_goodput_rps_per_device"]
+    return g * top.get("repeats", 1) / r.get("repeats", 1) if r.get("capped") else g
+
+
+def undecided(ranked: list[dict]) -> bool:
+    """Whether the first of `ranked` is capped with another candidate that reaches its tie
+    band: the ranking then reads the workload's limit, not the layouts."""
+    top = ranked[0]
+    if not top.get("capped"):
+        return False
+    floor = top["max_goodput_rps_per_device"] * (1 - GOODPUT_TOLERANCE)
+    return any(reach(r, top) >= floor for r in ranked[1:] if not _twin(r, top))
+
+
+def _twin(r: dict, top: dict) -> bool:
+    """A row the simulator cannot tell from the first (the same bracket on the same workload:
+    e.g. chunk budgets above every prompt of it): no longer workload separates them, the
+    ranking rule's TBT and simplicity do."""
+    return (r.get("repeats", 1) == top.get("repeats", 1)
+            and r.get("goodput_bracket_rps_per_device") == top.get("goodput_bracket_rps_per_device")
+            and r.get("tbt_p99_s") == top.get("tbt_p99_s"))
+
+
+def repeated(workload: pd.DataFrame, k: int) -> pd.DataFrame:
+    """The workload k times over, each copy starting one mean gap after the last one ends:
+    the same rate and mix, k times as long (arrival_s from 0)."""
+    t = workload["arrival_s"].to_numpy(dtype=float)
+    period = float(t[-1] - t[0]) + (float(t[-1] - t[0]) / max(len(t) - 1, 1) or 1.0)
+    out = pd.concat([workload.assign(arrival_s=t - t[0] + i * period) for i in range(k)],
+                    ignore_index=True)
+    out.attrs = dict(workload.attrs)
+    return out
 
 
 def offered(workload: pd.DataFrame, profile: Profile, cand, slo: Slo, devices: int,

@@ -2,8 +2,8 @@
 
 import the bundled Azure traces -> their prefill/decode mix -> start the reference server
 (smollm2-135m, real text) with the agent beside it -> replay a slice of azure-conv scaled to
-2 CPU cores -> profile the server -> forecast -> recommend -> validate against the other
-layouts -> apply the recommendation live -> the report (HTML, PDF) -> where everything is ->
+2 CPU cores -> profile the server -> forecast -> validate the layouts on the same slice ->
+recommend (weighing that validate) -> apply the recommendation live -> the report (HTML, PDF) -> where everything is ->
 the dashboard until Ctrl-C. Each stage is one function in gpuprobe.demo.stages and runs the
 same gpuprobe command a user would, as a process of its own; a stage that fails is named and
 the demo goes on (one that needs its output says it is skipped, and why).
@@ -40,8 +40,8 @@ def run_demo(store_path: str | None, dashboard: bool = True, quick: bool = False
         with clock.stage("serve"):
             st.stage_serve(run, store, stack)
         for key, stage in (("replay", st.stage_replay), ("profile", st.stage_profile),
-                           ("forecast", st.stage_forecast), ("recommend", st.stage_recommend),
-                           ("validate", st.stage_validate), ("apply", st.stage_apply),
+                           ("forecast", st.stage_forecast), ("validate", st.stage_validate),
+                           ("recommend", st.stage_recommend), ("apply", st.stage_apply),
                            ("report", st.stage_report)):
             with clock.stage(key):
                 stage(run, store)

@@ -18,8 +18,7 @@ class Settings:
     token_scale: float  # prompts and outputs scaled down (azure-conv's median prompt ~1k tokens)
     max_prompt: int  # profile --max-prompt: the longest scaled prompt, so the fit is not extrapolated
     max_batch: int  # profile --max-batch: its largest decode burst (64 streams is minutes on a CPU)
-    validate_requests: int
-    validate_layouts: str
+    validate_layouts: str  # validate replays the same slice recommend weighs (requests, rate, lengths)
     validate_budget: str  # validate --budget: the demo keeps its 10 minutes
     slo_ttft_s: float
     slo_tbt_s: float
@@ -34,15 +33,15 @@ class Settings:
 # on an idle 2-core machine (docs/benchmarks.md); replay's is its 40 arrivals at 1 req/s,
 # validate's its own plan for three tiny-model layouts with waits for a quiet machine.
 FULL = Settings(model="smollm2-135m", requests=40, rate_rps=1.0, token_scale=0.05, max_prompt=256,
-                max_batch=32, validate_requests=12, validate_layouts="monolithic,intra,cross",
+                max_batch=32, validate_layouts="monolithic,intra,cross",
                 validate_budget="6m", slo_ttft_s=3.0, slo_tbt_s=0.5,
                 plan_s=(("import", 5), ("serve", 20), ("replay", 45), ("profile", 70), ("forecast", 5),
-                        ("recommend", 5), ("validate", 180), ("apply", 15), ("report", 20)))
+                        ("validate", 240), ("recommend", 10), ("apply", 15), ("report", 20)))
 QUICK = Settings(model="tiny", requests=16, rate_rps=2.0, token_scale=0.03, max_prompt=64,
-                 max_batch=16, validate_requests=6, validate_layouts="monolithic",
+                 max_batch=16, validate_layouts="monolithic",
                  validate_budget="6m", slo_ttft_s=3.0, slo_tbt_s=0.5,
                  plan_s=(("import", 5), ("serve", 10), ("replay", 10), ("profile", 20), ("forecast", 5),
-                         ("recommend", 5), ("validate", 90), ("apply", 10), ("report", 20)))
+                         ("validate", 90), ("recommend", 10), ("apply", 10), ("report", 20)))
 VALIDATE_MODEL = "tiny"  # validate starts and calibrates one server per layout: smollm2 thrice is minutes
 
 

@@ -119,14 +119,13 @@ def stage_forecast(run: Run, store) -> None:
 
 def stage_recommend(run: Run, store) -> None:
     s = run.settings
-    t = stage(f"recommend a layout for the replayed slice on 2 devices (SLO TTFT p99 <= {s.slo_ttft_s:g} s, "
-              f"TBT <= {s.slo_tbt_s * 1000:.0f} ms); candidates ranked by goodput per GPU (the one rule)")
+    t = stage(f"recommend a layout for the replayed slice on 2 devices (SLO: 90% of requests with a first "
+              f"token within {s.slo_ttft_s:g} s and a token every {s.slo_tbt_s * 1000:.0f} ms); candidates "
+              f"ranked by goodput per GPU (the one rule), weighed against the validate just run")
     if run.profile is None:
         return skipped(run, "recommend", "(no profile: the profile stage failed)")
     before = len(store.recommendations())
-    gpuprobe(run, "recommend", "--workload", REPLAYED, "--profile", run.profile, "--devices", 2,
-             "--limit", s.requests, "--token-scale", s.token_scale, "--rate", s.rate_rps,
-             "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s)
+    gpuprobe(run, "recommend", *recommend_argv(s, run.profile))
     recs = store.recommendations()
     if len(recs) > before:
         run.recommendation = int(recs["pk"].max())
@@ -134,14 +133,26 @@ def stage_recommend(run: Run, store) -> None:
     done(t)
 
 
+def recommend_argv(s, profile) -> list:
+    """The demo's question to `gpuprobe recommend`: the replayed slice on 2 devices."""
+    return ["--workload", REPLAYED, "--profile", profile, "--devices", 2, "--limit", s.requests,
+            "--token-scale", s.token_scale, "--rate", s.rate_rps, "--slo-ttft", s.slo_ttft_s,
+            "--slo-tpot", s.slo_tbt_s]
+
+
 def stage_validate(run: Run, store) -> None:
     s = run.settings
+    # the slice and SLO recommend weighs next (the first N requests at the same lengths and mean
+    # rate), so its measured best layout answers the same question the recommendation does
     t = stage(f"validate: measure {s.validate_layouts.replace(',', ', ')} on the reference server "
-              f"({VALIDATE_MODEL}, {s.validate_requests} requests, one replay) against the predictions")
+              f"({VALIDATE_MODEL}, the first {s.requests} requests at {s.rate_rps:g} req/s, lengths "
+              f"x{s.token_scale:g}, one replay) against the predictions")
     plot = run.out / "validate.html"
     argv = ["--workload", REPLAYED, "--model", VALIDATE_MODEL, "--layouts", s.validate_layouts,
-            "--limit", s.validate_requests, "--replays", 1, "--no-interleave", "--no-speed-probe",
-            "--slo-ttft", s.slo_ttft_s, "--slo-tbt", s.slo_tbt_s, "--plot", plot, "--budget", s.validate_budget]
+            "--limit", s.requests, "--rate", s.rate_rps, "--token-scale", s.token_scale,
+            "--replays", 1, "--no-interleave", "--no-speed-probe",
+            "--slo-ttft", s.slo_ttft_s, "--slo-tpot", s.slo_tbt_s, "--plot", plot,
+            "--budget", s.validate_budget]
     if gpuprobe(run, "validate", *argv) == 0:
         run.made["validate plot"] = plot
     done(t)

@@ -15,6 +15,7 @@ import pandas as pd
 from gpuprobe import __version__
 from gpuprobe.decide.recommendation import Recommendation, latest_recommendation, load_recommendation
 from gpuprobe.errors import UserError
+from gpuprobe.store import reads
 from gpuprobe.workloads.analyze import analyze
 from gpuprobe.workloads.loading import bundled_trace, load_workload
 
@@ -53,6 +54,7 @@ def gather(store, workload: str, rec_id: int | None = None,
         ev["missing"].append(("GPU counters beside served requests",
                               "gpuprobe agent --scrape http://SERVER/metrics  (while the server runs)"))
     ev["interference"] = interference(store)
+    ev["num_steps"] = int(reads.table_counts(store, ("steps",))["steps"])
     if ev["interference"] is None:
         ev["missing"].append(("measured interference (engine steps)", "gpuprobe serve --store STORE  (records steps)"))
     ev["provenance"] = _provenance(store, workload, wl)

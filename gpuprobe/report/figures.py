@@ -5,6 +5,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from gpuprobe.forecast.bands import band_outline
+
 BLUE, ORANGE, GREEN, GREY = "#3b6fb6", "#e07b39", "#4c9a5a", "#888888"
 LAYOUT = dict(template="plotly_white", height=330, margin=dict(l=60, r=20, t=50, b=40),
               font=dict(size=12), legend=dict(orientation="h", y=-0.2))
@@ -69,11 +71,14 @@ def forecast_figure(ev: dict) -> go.Figure | None:
             fig.add_trace(go.Scatter(x=hist["start_s"] / 60, y=hist[m], line=dict(color=GREY),
                                      name="measured", showlegend=i == 1), row=1, col=i)
         for lo, hi, op in (("lo95", "hi95", 0.15), ("lo80", "hi80", 0.3)):
-            fig.add_trace(go.Scatter(x=list(t) + list(t[::-1]), y=list(part[hi]) + list(part[lo][::-1]),
-                                     fill="toself", fillcolor=f"rgba(59,111,182,{op})", line=dict(width=0),
-                                     name=f"{lo[2:]}% interval", showlegend=i == 1), row=1, col=i)
+            xs, ys = band_outline(t, part[lo], part[hi])
+            fig.add_trace(go.Scatter(x=xs, y=ys, fill="toself", fillcolor=f"rgba(59,111,182,{op})",
+                                     line=dict(width=0), name=f"{lo[2:]}% interval", showlegend=i == 1),
+                          row=1, col=i)
         fig.add_trace(go.Scatter(x=t, y=part["value"], line=dict(color=BLUE), name="forecast",
                                  showlegend=i == 1), row=1, col=i)
+    fig.update_xaxes(title_text="minutes from the workload's start")
+    fig.update_yaxes(title_text="per second", rangemode="tozero")
     fig.update_layout(title=f"Forecast from minute {fc['as_of_s'] / 60:.1f}", **LAYOUT)
     return fig
 

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from gpuprobe.decide.prices import cost_per_million
+
 METRICS = (("ttft_p99_s", "TTFT p99", "s"), ("tbt_p99_s", "TBT p99", "s"))
 
 
@@ -54,21 +56,19 @@ def devices_needed(rate_rps: float, goodput_rps_per_device: float, unit: int) ->
     return max(unit, math.ceil(n / unit) * unit)
 
 
-def cost_per_million(price: float | None, goodput_rps_per_device: float, mean_output: float) -> float | None:
-    if not price or not goodput_rps_per_device:
-        return None
-    return price / 3600.0 / (goodput_rps_per_device * mean_output) * 1e6
-
-
 def memo(ev: dict) -> dict:
-    """{'sentence', 'rows': [{what, baseline, recommended, change, uncertainty}], 'risks',
-    'next', 'partial'} for page one."""
+    """{'answer' (gpuprobe.decide.answer's, the same words as the CLI and the dashboard),
+    'sentence', 'rows': [{what, baseline, recommended, change, uncertainty}], 'risks', 'next'
+    (in words), 'commands' (for the details section), 'partial'} for page one."""
     rec = ev["recommendation"]
     if rec is None:
         return {"sentence": "No recommendation is stored for this workload yet: this report shows the "
-                            "evidence only.", "rows": [], "risks": [], "next": [
-                                f"Run `{dict(ev['missing'])['recommendation']}` and write this report again."],
+                            "evidence only.", "rows": [], "risks": [], "answer": None, "commands": [
+                                dict(ev["missing"])["recommendation"]],
+                "next": ["Make a recommendation for this workload and write this report again."],
                 "partial": True}
+    from gpuprobe.decide.answer import answer
+    a = answer(rec, _validation_for_answer(ev))
     cands = list(rec.candidates)
     best = cands[0] if cands else {}
     base = baseline(cands, ev.get("current_layout"))
@@ -91,31 +91,53 @@ def memo(ev: dict) -> dict:
     d_b = devices_needed(rate, g_b or 0, int((base or {}).get("devices") or 1)) if base else None
     d_r = devices_needed(rate, g_r or 0, int(best.get("devices") or 1))
     d_lo = devices_needed(rate, bracket[1], int(best.get("devices") or 1)) if bracket[1] else None
-    rows.append(_row(f"Devices for the workload's {rate:.3g} req/s", d_b, d_r, "",
+    rows.append(_row(f"Devices that serve the decided load ({rate:.3g} req/s) within the SLO", d_b, d_r, "",
                      "n/a" if d_lo is None else f"{d_r} across the goodput bracket" if d_lo == d_r
                      else f"{d_lo}-{d_r} across the goodput bracket"))
-    c_b, c_r = (c.get("cost_per_million_output_tokens") or cost_per_million(price, c.get("max_goodput_rps_per_device"), mean_out)
-                if c else None for c in (base, best))
-    rows.append(_row("Cost per million output tokens", c_b, c_r, "$", "as goodput's (price over goodput)"
-                     if price else "no price given (report --cost-per-device-hour USD)"))
+    c_b, c_r = (priced(c, price, rec, mean_out) if c and price else None for c in (base, best))
+    basis = (f"${price:g} per device-hour, as given" if ev.get("cost_per_device_hour")
+             else rec.cost_basis or "price given")
+    rows.append(_row("Cost per million output tokens", c_b, c_r, "$",
+                     f"as goodput's; {basis}" if price else "not priced"))
     conf = rec.confidence.word or ""
-    risks = _risks(ev, best, err_best, conf, rec.confidence.basis, rows)
-    nxt = [f"`gpuprobe plan --recommendation {rec.id} --engine vllm --out plan/` (or sglang, dynamo) "
-           f"to get the commands for {best.get('label', rec.layout)}."]
-    if rec.applied_s and rec.applied_target:
-        nxt.append(f"Applied to {rec.applied_target} (`gpuprobe apply`): after an hour of traffic, "
-                   f"`gpuprobe recommend --check {rec.id}` says whether it still holds.")
-    else:
-        nxt.append(f"Apply on one host first: `gpuprobe apply --recommendation {rec.id} --target URL`, then "
-                   f"`gpuprobe recommend --check {rec.id}` after an hour of traffic.")
-    if ev.get("validation") is None:
-        nxt.insert(0, f"Measure the model's error on this workload: `gpuprobe validate --workload {ev['workload']}`.")
-    sentence = rec.decision or f"Run {rec.layout}."
-    return {"sentence": sentence, "rows": rows, "risks": risks, "next": nxt, "confidence": conf,
+    risks = [a.risk] + [r for r in _risks(ev, best, err_best, conf, rec.confidence.basis, rows) if r != a.risk]
+    return {"answer": a, "sentence": a.decision, "rows": rows, "risks": risks, "next": [a.next_step],
+            "commands": _commands(ev, rec, best), "confidence": conf,
             "baseline": (base or {}).get("label"), "recommended": best.get("label"),
             "baseline_why": _baseline_why(base, best, ev.get("current_layout"), bool(rec.applied_s)),
             "error_note": _error_note(err_best, err_base, ((ev.get("validation") or {}).get("body") or {}).get("model")),
             "partial": bool(ev["missing"])}
+
+
+def priced(c: dict, price: float | None, rec, mean_out: float) -> float | None:
+    """A candidate's $ per million output tokens at `price`: its stored cost rescaled (the
+    cost is proportional to the price, and the stored one counts the decided slice's output
+    lengths), else from its goodput and `mean_out`."""
+    stored = c.get("cost_per_million_output_tokens")
+    if not price:
+        return stored
+    if stored is not None and rec.cost_per_device_hour:
+        return stored * price / rec.cost_per_device_hour
+    return cost_per_million(price, c.get("max_goodput_rps_per_device"), mean_out)
+
+
+def _validation_for_answer(ev: dict) -> dict | None:
+    v = ev.get("validation")
+    return None if v is None else {**v, "workload": ev["workload"]}
+
+
+def _commands(ev: dict, rec, best: dict) -> list[str]:
+    """The commands behind the next steps (the report's details section, not page one)."""
+    out = [f"gpuprobe plan --recommendation {rec.id} --engine vllm --out plan/  (or sglang, dynamo): "
+           f"the commands that run {best.get('label', rec.layout)}"]
+    if rec.applied_s and rec.applied_target:
+        out.append(f"gpuprobe recommend --check {rec.id}  (after an hour of traffic on {rec.applied_target})")
+    else:
+        out.append(f"gpuprobe apply --recommendation {rec.id} --target URL, then gpuprobe recommend "
+                   f"--check {rec.id} after an hour of traffic")
+    if ev.get("validation") is None:
+        out.insert(0, f"gpuprobe validate --workload {ev['workload']}  (the model's error on this workload)")
+    return out + [f"{cmd}  (fills: {what})" for what, cmd in ev["missing"]]
 
 
 def _error_note(err_best: float | None, err_base: float | None, model: str | None = None) -> str:

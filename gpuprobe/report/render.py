@@ -23,6 +23,7 @@ body { font-family: 'DejaVu Sans', Arial, sans-serif; color: #222; max-width: 98
        font-size: 13px; line-height: 1.45; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; border-bottom: 1px solid #ccc;
      padding-bottom: 3px; margin-top: 26px; } .sub { color: #666; margin-bottom: 14px; }
+table.answer th { width: 110px; background: none; } table.answer td, table.answer th { border: none; padding: 1px 6px; }
 .decision { font-size: 15px; background: #eef4ea; border-left: 5px solid #4c9a5a; padding: 10px 14px; }
 .partial { background: #fff4e0; border-left: 5px solid #e07b39; padding: 8px 12px; margin: 10px 0; }
 table { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 12px; }
@@ -39,20 +40,29 @@ TEMPLATE = """<!DOCTYPE html>
 <style>{{ css }}</style></head><body>
 <section class="memo">
 <h1>Layout decision: {{ ev.workload }}</h1>
-<div class="sub">gpuprobe {{ p.gpuprobe_version }} &middot; {{ p.written_utc }} &middot; {{ p.requests }} requests
-over {{ "%.0f"|format(p.span_s / 60) }} min &middot; confidence: {{ m.confidence or "n/a" }}</div>
+<div class="sub">{% if m.answer %}Decided on {{ m.answer.workload }}{% else %}{{ p.requests }} requests
+over {{ "%.0f"|format(p.span_s / 60) }} min{% endif %} &middot; written {{ p.written_utc }} &middot;
+confidence: {{ m.confidence or "n/a" }}</div>
 {% if m.partial %}<div class="partial"><b>Partial report.</b> Missing:
-{% for what, cmd in ev.missing %}{{ what }} (<code>{{ cmd }}</code>){% if not loop.last %}; {% endif %}{% endfor %}.
-No number is shown in their place.</div>{% endif %}
+{% for what, cmd in ev.missing %}{{ what }}{% if not loop.last %}; {% endif %}{% endfor %}
+(section 6 says how to fill each). No number is shown in their place.</div>{% endif %}
 <p class="decision">{{ m.sentence }}</p>
+{% if m.answer %}<table class="answer">
+<tr><th>Gain</th><td>{{ m.answer.margin }}</td></tr>
+<tr><th>Cost</th><td>{{ m.answer.cost }}</td></tr>
+<tr><th>SLO</th><td>{{ m.answer.slo }}</td></tr>
+<tr><th>Confidence</th><td>{{ m.answer.confidence }}</td></tr>
+{% if m.answer.evidence %}<tr><th>Measured</th><td>{{ m.answer.evidence }}</td></tr>{% endif %}
+<tr><th>Would change</th><td>{{ m.answer.changes }}</td></tr>
+</table>{% endif %}
+{% if m.risks %}<h2>Main risks</h2><ul>{% for r in m.risks %}<li>{{ r }}</li>{% endfor %}</ul>{% endif %}
+<h2>What to do next</h2><ol>{% for r in m.next %}<li>{{ r }}</li>{% endfor %}</ol>
 {% if m.rows %}<h2>Expected change{% if m.baseline %} against {{ m.baseline }}{% endif %}</h2>
 <div class="sub">{% if m.baseline_why %}The baseline is {{ m.baseline_why }}. {% endif %}Figures are
 predictions at each layout's goodput; {{ m.error_note }}.</div>
 <table><tr><th>figure</th><th>{{ m.baseline or "baseline" }}</th><th>{{ m.recommended }}</th><th>change</th><th>uncertainty</th></tr>
 {% for r in m.rows %}<tr><td>{{ r.what }}</td><td class="num">{{ r.baseline }}</td><td class="num">{{ r.recommended }}</td>
 <td class="num">{{ r.change }}</td><td>{{ r.uncertainty }}</td></tr>{% endfor %}</table>{% endif %}
-{% if m.risks %}<h2>Main risks</h2><ul>{% for r in m.risks %}<li>{{ r }}</li>{% endfor %}</ul>{% endif %}
-<h2>What to do next</h2><ol>{% for r in m.next %}<li>{{ r|code }}</li>{% endfor %}</ol>
 </section>
 
 <h2>1. The evidence</h2>
@@ -70,6 +80,8 @@ predictions at each layout's goodput; {{ m.error_note }}.</div>
 {{ "%.1f"|format(ev.interference.decode_with_prefill_s * 1000) }} ms with a prefill in it (median of
 {{ ev.interference.num_alone }} and {{ ev.interference.num_mixed }} steps; {{ "%.1f"|format(ev.interference.slowdown) }}x):
 every prefill stalls the decodes that share its step. This is what splitting removes.</p>
+{% elif ev.num_steps %}<p class="missing">The store's {{ ev.num_steps }} engine steps hold too few decode steps
+both alone and with a prefill in them (5 of each) to measure interference from.</p>
 {% else %}<p class="missing">No engine steps in this store to measure interference from.</p>{% endif %}
 
 <h2>2. The forecast and what it means</h2>
@@ -105,6 +117,10 @@ profile{% if profile_note %} ({{ profile_note }}){% endif %}; goodput is searche
 <li>Host: {{ p.host }}; store: {{ p.store }}; written {{ p.written_utc }}; gpuprobe {{ p.gpuprobe_version }}.</li>
 <li>Workload: {{ p.workload }} ({{ p.trace_source or "stored" }}), {{ p.requests }} requests over
 {{ "%.0f"|format(p.span_s) }} s. License: {{ p.license }}.</li></ul>
+
+<h2>6. Details: the commands</h2>
+<p>What the first page says in words, as commands to run (each prints what it did).</p>
+<ul>{% for c in m.commands %}<li><code>{{ c }}</code></li>{% endfor %}</ul>
 </body></html>"""
 
 
@@ -174,14 +190,17 @@ def _counters(df) -> list[dict]:
 
 
 def _cands(cands: list, ev: dict, m: dict) -> list[dict]:
-    from gpuprobe.report.memo import _fmt, cost_per_million
+    from gpuprobe.report.memo import _fmt, priced
+    rec = ev["recommendation"]
     price = ev.get("cost_per_device_hour")
     mean_out = float(np.mean(ev["lengths"]["output"]))
     out = []
     for c in cands:
         a = c.get("at_goodput") or {}
-        cost = c.get("cost_per_million_output_tokens") or cost_per_million(price, c.get("max_goodput_rps_per_device"), mean_out)
-        out.append({"label": c.get("label", c.get("layout")), "goodput": _fmt(c.get("max_goodput_rps_per_device"), "req/s"),
+        cost = priced(c, price, rec, mean_out)
+        goodput = _fmt(c.get("max_goodput_rps_per_device"), "req/s")
+        out.append({"label": c.get("label", c.get("layout")),
+                    "goodput": (">= " if c.get("capped") else "") + goodput,  # the workload's limit, not the layout's
                     "ttft": _fmt(a.get("ttft_p99_s"), "s"), "tbt": _fmt(a.get("tbt_p99_s"), "s"),
                     "att": f"{a['slo_attainment']:.0%}" if a.get("slo_attainment") is not None else "n/a",
                     "cost": _fmt(cost, "$")})

@@ -13,7 +13,6 @@ from pathlib import Path
 from gpuprobe.errors import StoreError
 from gpuprobe.store.schema import APP_ID, MIGRATIONS, SCHEMA_VERSION
 
-SQLITE_HEADER = b"SQLite format 3\x00"
 DEFAULT_PATH = "gpuprobe.db"
 
 
@@ -36,9 +35,20 @@ def inspect_version(path: Path) -> int:
         raise StoreError(f"{path}: is a directory, not a gpuprobe store")
     if path.stat().st_size == 0:
         raise StoreError(f"{path}: not a gpuprobe store (an empty file)")
-    with open(path, "rb") as fh:
-        if fh.read(16) != SQLITE_HEADER:
-            raise StoreError(f"{path}: not a gpuprobe store (not an SQLite database)")
+    # The header is read through SQLite, never with open(): closing any descriptor of the
+    # file drops every POSIX lock this process holds on it, so another connection here (the
+    # dashboard's cached reader, while Apply opens the store) would lose its WAL read lock and
+    # could read a snapshot another process has since checkpointed away.
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            header = conn.execute("PRAGMA schema_version").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        header = None
+    if header is None:
+        raise StoreError(f"{path}: not a gpuprobe store (not an SQLite database)")
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
         try:

@@ -92,6 +92,12 @@ def validation_body(store, pk: int) -> dict:
     return json.loads(row[0]) if row and row[0] else {}
 
 
+def profiles(store) -> pd.DataFrame:
+    """Stored profiles, newest first: created_s, name (as stored), target (the server's URL a
+    `profile --target` measured, else None), body (the profile's JSON text)."""
+    return store._read("SELECT created_s, name, target, body FROM profiles ORDER BY pk DESC")
+
+
 def forecast_index(store) -> pd.DataFrame:
     """One row per stored forecast, newest first: forecast_id, workload, created_s, as_of_s,
     bucket_s, horizon_s, metrics and models (comma-separated)."""

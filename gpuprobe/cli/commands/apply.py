@@ -41,10 +41,14 @@ def run(args) -> int:
     share = f" prefill_share={out['prefill_share']:g}" if out["prefill_share"] is not None else ""
     chunk = (f" chunked_prefill_tokens={out['chunked_prefill_tokens']}"
              if out["chunked_prefill_tokens"] else "")
-    print(f"{out['target']} now runs {out['layout']}{share}{chunk} (switched in "
-          f"{out['switch'].get('duration_s', 0):.2f} s; layout event by {out['actor']}: "
-          f"{out['reason']}); recommendation {out['recommendation']} marked applied")
-    if out["took_over"]:
+    if out.get("unchanged"):
+        print(f"{out['target']} already runs {out['layout']}{share}{chunk}: not switched (a switch "
+              f"restarts the workers); recommendation {out['recommendation']} marked applied")
+    else:
+        print(f"{out['target']} now runs {out['layout']}{share}{chunk} (switched in "
+              f"{out['switch'].get('duration_s', 0):.2f} s; layout event by {out['actor']}: "
+              f"{out['reason']}); recommendation {out['recommendation']} marked applied")
+    if out.get("took_over"):
         print(f"took the server over from {out['took_over']}, whose lease ended (--force)")
     for item in out["kept"]:
         print(f"not changed by a live switch: {item}")

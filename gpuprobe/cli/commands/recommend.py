@@ -9,6 +9,7 @@ from gpuprobe.cli.commands._recommend_check import add_check_argument, run_check
 from gpuprobe.cli.flags import add_slo_flags, add_source_flags
 
 NAME = "recommend"
+NO_LAYOUT_MEETS = 3  # exit status when no layout meets the SLO at any rate (README: Recommend)
 HELP = "recommend a layout (monolithic, intra, cross xPyD) for a workload and SLO, with reasons"
 
 
@@ -58,8 +59,9 @@ def run(args) -> int:
                         "rates a Prometheus holds)")
     if not args.profile or not (args.workload or args.source):
         raise UserError("recommend needs --profile and one of --workload or --source (or --check ID)")
+    from gpuprobe.decide.answer import NoLayoutMeets
     from gpuprobe.decide.decision import DecisionOptions, WhatIf, run_decision
-    from gpuprobe.decide.recommendation import dumps
+    from gpuprobe.decide.recommendation import clean, dumps
     from gpuprobe.decide.slo import slo_from_flags
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.store import Store
@@ -79,8 +81,13 @@ def run(args) -> int:
         fit_forecast=_fit_forecast(args) if args.forecast and not args.forecast_file else None)
     progress = None if args.json else (lambda m: print(f"  {m}", file=sys.stderr, flush=True))
     with Store.open(args.store) as store:
-        rec = run_decision(wl, profile, slo, opts, store, progress=progress,
-                           workload_name=args.workload or f"{args.source} {args.group or ''}".strip())
+        try:
+            rec = run_decision(wl, profile, slo, opts, store, progress=progress,
+                               workload_name=args.workload or f"{args.source} {args.group or ''}".strip())
+        except NoLayoutMeets as exc:  # an answer, not a broken input: said as one, exit 3
+            print(json.dumps(clean(exc.answer)) if args.json else str(exc),
+                  file=sys.stdout if args.json else sys.stderr)
+            return NO_LAYOUT_MEETS
     print(dumps(rec) if args.json else render(rec))
     return 0
 
@@ -128,31 +135,38 @@ def _fit_forecast(args) -> tuple[float, float]:
 
 
 def render(rec) -> str:
-    """The human form of a Recommendation: the decision, the candidate table, margin,
-    confidence, reasons, id."""
-    priced = rec.cost_per_device_hour is not None
-    lines = [rec.decision, "",
+    """The human form of a Recommendation: the answer in words (gpuprobe.decide.answer, as
+    the dashboard and the report say it), then the candidate table, reasons and id."""
+    from gpuprobe.decide.answer import answer
+    a = answer(rec)
+    lines = [a.decision, "", f"margin:      {a.margin}", f"SLO:         {a.slo}",
+             f"confidence:  {a.confidence}", f"cost:        {a.cost}", f"decided on:  {a.workload}",
+             f"would change: {a.changes}", *(f"assumed:     {c}" for c in a.caveats), "",
              f"{'candidate':<26} {'goodput/dev':>11} {'bracket':>15} {'TTFT p99':>9} {'TBT p99':>9} "
-             f"{'at offered: met':>16}" + ("  $/Mtok" if priced else "")]
+             f"{'at offered: met':>16}  $/Mtok"]
     for r in rec.candidates:
-        a, o = r["at_goodput"], r.get("at_offered")
+        a_, o = r["at_goodput"], r.get("at_offered")
         hi = r["goodput_bracket_rps_per_device"][1]
         br = f"{r['max_goodput_rps_per_device']:.3g}-{hi:.3g}" if hi else "-"
         met = f"{o['slo_attainment']:.1%}" if o else ""
         cost = r.get("cost_per_million_output_tokens")
-        lines.append(f"{r['label']:<26} {r['max_goodput_rps_per_device']:>11.3g} {br:>15} "
-                     f"{_s(a.get('ttft_p99_s')):>9} {_s(a.get('tbt_p99_s')):>9} {met:>16}"
+        goodput = (">=" if r.get("capped") else "") + f"{r['max_goodput_rps_per_device']:.3g}"
+        lines.append(f"{r['label']:<26} {goodput:>11} {br:>15} "
+                     f"{_s(a_.get('ttft_p99_s')):>9} {_s(a_.get('tbt_p99_s')):>9} {met:>16}"
                      + (f"  {cost:.3g}" if cost else ""))
-    m, c = rec.margin, rec.confidence
-    lines += ["", f"margin over {rec.runner_up}: {m:+.1%}" if m is not None else "margin: none (one candidate)",
-              f"confidence: {c.word} ({c.value:.2f}; {c.basis})", "reasons:"]
+    if any(r.get("capped") for r in rec.candidates):
+        lines.append(">= : the workload was too short to find this candidate's limit; its goodput is at least this")
+    m = rec.margin
+    lines += ["", f"runner-up setting: {rec.runner_up} ({m:+.1%})" if m is not None else "runner-up: none",
+              "reasons:"]
     lines += [f"  - {r['text']}" for r in rec.reasons]
     if rec.forecast:
         lines += ["forecast:", *(f"  {x}" for x in rec.forecast["lines"])]
     s = rec.search
+    rep = f", the workload repeated up to {s['repeats']} times" if s.get("repeats", 1) > 1 else ""
     pruned = f" ({len(s['pruned'])} more bounded below the best)" if s.get("pruned") else ""
     lines.append(f"searched {s['candidates']} candidates{pruned}, {s['simulations']} simulations on "
-                 f"samples of up to {s['sample_requests']} requests, {s['seconds']:.1f} s; stored as "
+                 f"samples of up to {s['sample_requests']} requests{rep}, {s['seconds']:.1f} s; stored as "
                  f"recommendation {rec.id}")
     return "\n".join(lines)
 
