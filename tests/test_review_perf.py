@@ -121,7 +121,7 @@ def test_simulate_table_shows_goodput_and_help_shows_defaults(capsys, spec_profi
                      "--limit", "20", "--layouts", "monolithic")
     assert rc == 0 and "goodput_rps_per_device=" in out and "best: monolithic" in out
     rc, out, _ = cli(capsys, "simulate", "--help")
-    for text in ("(default monolithic,intra,cross)", "TTFT SLO, s (default 2)",
+    for text in ("(default monolithic,intra,cross)", "(default chat: TTFT 2 s, TPOT 0.1 s, 90%)",
                  "(default 256)", "as JSON"):
         assert text in " ".join(out.split()), text
 
