@@ -52,7 +52,7 @@ def child_agent(seconds: float, interval: float | None, scrape_url: str, db: str
     from gpuprobe.store import Store
 
     iv = config.Intervals() if interval is None else config.Intervals(interval, interval, interval, interval, interval)
-    cfg = config.AgentConfig(metrics_port=0, metrics_addr="127.0.0.1", scrape=(scrape_url,), intervals=iv,
+    cfg = config.AgentConfig(metrics_port=0, scrape=(scrape_url,), intervals=iv,
                              duration=seconds + 2.0)
     with Store.open(db, busy_timeout_s=0.5) as store:
         agent = Agent(cfg, store, nvml=load_fake_nvml(), log=lambda m: None)

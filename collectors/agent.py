@@ -3,8 +3,8 @@
     agent = Agent(cfg, store_path)          # nvml=/psutil= take fakes in tests and the bench
     stats = asyncio.run(agent.run())        # until cfg.duration, SIGTERM or agent.stop()
 
-Samplers append to a bounded SampleBuffer; a flush loop writes it every flush_interval in a
-worker thread, so a slow or locked store never stalls sampling. SIGTERM flushes and returns;
+Samplers append to a bounded RowBuffer (gpuprobe.store.buffer); a flush loop writes it every
+flush_interval in a worker thread, so a slow or locked store never stalls sampling. SIGTERM flushes and returns;
 SIGKILL loses at most what was sampled since the last flush.
 """
 from __future__ import annotations
@@ -17,7 +17,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from gpuprobe.collectors.buffer import SampleBuffer
 from gpuprobe.collectors.config import AgentConfig
 from gpuprobe.collectors.engine import EngineScraper
 from gpuprobe.collectors.exporter import LatestValues, serve
@@ -29,6 +28,7 @@ from gpuprobe.collectors.loop import every
 
 from gpuprobe.errors import StoreError, UserError
 from gpuprobe.store import Store
+from gpuprobe.store.buffer import RowBuffer
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Agent:
                  log: Callable[[str], None] = print, host: str | None = None):
         self.cfg, self.store, self.log = cfg, store, log
         self.host = host or socket.gethostname()
-        self.buffer = SampleBuffer(cfg.max_buffer_samples)
+        self.buffer = RowBuffer(cfg.max_buffer_samples)
         self.events: list[dict] = []
         self.latest = LatestValues()
         self.metrics_port: int | None = None
@@ -118,7 +118,7 @@ class Agent:
         why = f" ({self.buffer.last_error})" if self.buffer.last_error else ""
         self._drop_event = {"ts_s": time.time(), "host": self.host, "source": "agent", "device": "",
                             "kind": "samples_dropped",
-                            "message": f"dropped {new} samples, buffer full at {self.buffer.max_samples}{why}"}
+                            "message": f"dropped {new} samples, buffer full at {self.buffer.max_rows}{why}"}
         self.events.append(self._drop_event)
 
     async def flush(self) -> int:
@@ -143,7 +143,7 @@ class Agent:
         exc = write.exception()
         if isinstance(exc, StoreError):
             if self.buffer.last_error is None:
-                self.log(f"store: {exc}; keeping up to {self.buffer.max_samples} samples in memory")
+                self.log(f"store: {exc}; keeping up to {self.buffer.max_rows} samples in memory")
             self.buffer.refused(rows, exc)
             self.events = events + self.events
             return 0
@@ -171,12 +171,12 @@ class Agent:
         if self.cfg.metrics_port is not None:
             try:
                 server, self.metrics_port = serve(self.latest, self.counters, self.cfg.metrics_port,
-                                                  self.cfg.metrics_addr)
+                                                  self.cfg.listen)
             except OSError as exc:  # the port is taken, or the address is not this host's
-                where = f"{self.cfg.metrics_addr}:{self.cfg.metrics_port}"
+                where = f"{self.cfg.listen}:{self.cfg.metrics_port}"
                 raise UserError(f"/metrics: cannot listen on {where} ({exc.strerror or exc}; "
-                                f"see --metrics-port, --metrics-addr, --no-metrics)") from None
-            self.log(f"serving /metrics on http://{self.cfg.metrics_addr}:{self.metrics_port}/metrics")
+                                f"see --metrics-port, --listen, --no-metrics)") from None
+            self.log(f"serving /metrics on http://{self.cfg.listen}:{self.metrics_port}/metrics")
         sources = self._sources()
         tasks = [asyncio.create_task(every(iv, self._tick(c), on_error=self._on_error(n)))
                  for n, iv, c in sources]

@@ -3,7 +3,7 @@
     [agent]
     store = "/var/lib/gpuprobe/gpuprobe.db"
     metrics_port = 9400            # 0: pick a free port and print it
-    metrics_addr = "0.0.0.0"
+    listen = "127.0.0.1"           # address of /metrics; "0.0.0.0" for a Prometheus elsewhere
     flush_interval = 1             # seconds between store writes
     max_buffer_samples = 100000    # held in memory while the store is locked or full
     scrape = ["http://127.0.0.1:8000/metrics"]
@@ -43,7 +43,7 @@ class Intervals:
 class AgentConfig:
     store: str | None = None
     metrics_port: int | None = 9400  # None: no /metrics endpoint
-    metrics_addr: str = "0.0.0.0"
+    listen: str = "127.0.0.1"  # this host only, like serve and dashboard; widen on purpose
     flush_interval: float = 1.0
     max_buffer_samples: int = 100_000
     scrape: tuple[str, ...] = ()

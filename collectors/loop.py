@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 
 async def every(interval_s: float, tick: Callable[[], Any], clock: Callable[[], float] = time.monotonic,
-                on_error: Callable[[BaseException], None] | None = None) -> None:
+                on_error: Callable[[BaseException], None] | None = None,
+                sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
     """Call `tick()` (sync or async) every `interval_s` seconds until cancelled.
 
     An exception in a tick goes to `on_error` (if given) and the loop goes on: one source's
-    failure must not stop the others.
+    failure must not stop the others. `clock` and `sleep` are the time it runs on (a test's
+    own, so the grid is checked without racing the machine's).
     """
     next_tick = clock()
     while True:
@@ -37,4 +39,4 @@ async def every(interval_s: float, tick: Callable[[], Any], clock: Callable[[], 
         now = clock()
         if next_tick < now - interval_s:
             next_tick = now
-        await asyncio.sleep(max(0.0, next_tick - now))
+        await sleep(max(0.0, next_tick - now))

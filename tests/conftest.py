@@ -24,6 +24,22 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def default_store(tmp_path_factory):
+    """A command or server a test starts without --store writes to $GPUPROBE_STORE, else
+    ./gpuprobe.db: point it at a fresh file, so no test writes into the checkout or reads a
+    store an older run left there (a server then fails to start on its schema)."""
+    if os.environ.get("GPUPROBE_STORE"):
+        yield os.environ["GPUPROBE_STORE"]
+        return
+    path = str(tmp_path_factory.mktemp("default") / "gpuprobe.db")
+    os.environ["GPUPROBE_STORE"] = path
+    try:
+        yield path
+    finally:
+        os.environ.pop("GPUPROBE_STORE", None)
+
+
 @pytest.fixture(scope="module")
 def reference_server(tmp_path_factory):
     """URL (without /v1) of a `gpuprobe serve --model tiny` subprocess, one per test module.

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -15,6 +18,7 @@ import urllib.request
 import aiohttp
 import pytest
 from test_server_api import stream_completion
+from waiting import wait_for
 
 from gpuprobe.cli.main import main
 from gpuprobe.decide.admin_client import AdminError
@@ -151,7 +155,13 @@ def test_apply_under_streaming_load_then_check(server, capsys):
     assert any("max_num_seqs 32" in k for k in out["kept"])
     last = _layout(srv.url)["history"][-1]
     assert (last["actor"], last["to"], last["status"]) == ("gpuprobe-apply", "monolithic", "ok")
-    time.sleep(1.5)  # the server's telemetry thread writes every 0.5 s
+    deadline = time.monotonic() + 60  # the server's telemetry thread writes every 0.5 s
+    while time.monotonic() < deadline:
+        with Store.open(db) as store:
+            if check_recommendation(store, rid)["num_requests"] >= len(after) and \
+                    store.layout_events().iloc[-1]["actor"] == "gpuprobe-apply":
+                break
+        time.sleep(0.2)
     with Store.open(db) as store:
         rec = store.recommendation(rid)
         assert rec["applied_target"] == srv.url and rec["applied_s"] == pytest.approx(
@@ -247,3 +257,84 @@ def test_check_counts_only_the_switched_server_until_its_next_switch(tmp_path):
     assert (result["num_requests"], result["num_ok"], result["note"]) == (2, 2, None)
     ttft = next(r for r in result["metrics"] if r["metric"] == "ttft_p50_s")
     assert ttft["measured"] == pytest.approx(0.05) and ttft["rel_error"] == pytest.approx(0.0)
+
+
+def _cli(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuprobe.cli.main", *args], capture_output=True,
+                          text=True, timeout=180, **kw)
+
+
+def test_one_controller_per_server_and_apply_force_takes_over(server, tmp_path):
+    """Two autopilots from two stores on one server, one through localhost and one through
+    127.0.0.1: the first holds the server's lease, the second refuses to start, naming it;
+    `apply` is refused during that lease; `apply --force` goes through, and the autopilot
+    stops, saying who took the server over."""
+    from gpuprobe.perf.roofline import roofline_profile
+    srv, db, tmp = server
+    port = srv.url.rsplit(":", 1)[1]
+    (tmp_path / "l40s.json").write_text(roofline_profile("llama3-8b", "l40s").dumps())
+    pilot = ["autopilot", "--profile", str(tmp_path / "l40s.json"), "--admin-token-file",
+             str(tmp / "token"), "--interval", "1s", "--candidates", "window", "--no-forecast"]
+    first = subprocess.Popen([sys.executable, "-m", "gpuprobe.cli.main", "--store",
+                              str(tmp_path / "a.db"), *pilot, "--target", f"http://localhost:{port}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lease = wait_for(lambda: _layout(srv.url)["lease"].get("holder"), "the first autopilot's lease")
+        assert lease.startswith("autopilot@") and lease.endswith(f":{first.pid}")
+        second = _cli("--store", str(tmp_path / "b.db"), *pilot, "--target", f"http://127.0.0.1:{port}")
+        assert second.returncode == 2 and f"the lease is held by {lease}" in second.stderr, second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1 and "not started" in second.stderr
+
+        with Store.open(db) as store:
+            rid = _recommendation(store, "monolithic", {"chunked_prefill": True,
+                                                        "max_num_batched_tokens": 128})
+        before = _layout(srv.url)["history"]
+        apply = ["--store", str(db), "apply", "--recommendation", str(rid), "--target", srv.url,
+                 "--admin-token-file", str(tmp / "token")]
+        refused = _cli(*apply)
+        assert refused.returncode == 1 and f"held by {lease}" in refused.stderr, refused.stderr
+        assert re.search(r"until \d\d:\d\d:\d\d \(in \d+ s\)", refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1 and "nothing was changed" in refused.stderr
+        assert _layout(srv.url)["history"] == before
+
+        forced = _cli(*apply, "--force")
+        assert forced.returncode == 0, forced.stderr
+        assert f"took the server over from {lease}, whose lease ended (--force)" in forced.stdout
+        assert _layout(srv.url)["chunked_prefill_tokens"] == 128
+        out, err = first.communicate(timeout=120)  # it notices at its next decision
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert first.returncode == 1 and len(err.strip().splitlines()) == 1, err
+    assert "its lease is gone" in err and "gpuprobe-apply forced a layout change at" in err, err
+    wait_for(lambda: _events(db).kind.eq("lease_takeover").any(), "the takeover event")
+    events = _events(db)
+    assert f"gpuprobe-apply forced a layout change over {lease}'s lease" in \
+        events[events.kind == "lease_takeover"].message.iloc[-1]
+
+
+def _events(db):
+    with Store.open(db, read_only=True) as store:
+        return store.events(source="server")
+
+
+def test_the_dashboards_apply_names_the_holder_and_takes_over_only_when_asked(server):
+    from gpuprobe.dashboard.apply import apply
+    from gpuprobe.decide.admin_client import AdminClient
+    srv, db, tmp = server
+    admin = AdminClient(srv.url, TOKEN)
+    admin.acquire_lease("someone@elsewhere:7", "tuning by hand", ttl_s=120)
+    with Store.open(db) as store:
+        rid = _recommendation(store, "monolithic", {})
+    try:
+        with pytest.raises(AdminError, match="held by someone@elsewhere:7 for 'tuning by hand' "
+                                             r"until \d\d:\d\d:\d\d") as exc:
+            apply(str(db), rid, srv.url, TOKEN)
+        assert exc.value.kind == "held" and "\n" not in str(exc.value)
+        out = apply(str(db), rid, srv.url, TOKEN, force=True)
+    finally:
+        if admin.lease().get("held"):
+            admin.release_lease("someone@elsewhere:7")
+    assert out["took_over"] == "someone@elsewhere:7" and out["layout"] == "monolithic"
+    assert admin.lease()["held"] is False

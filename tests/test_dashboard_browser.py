@@ -58,7 +58,7 @@ def start_dashboard(store: Path, port: int, log: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, "gpuprobe dashboard exited"
@@ -89,7 +89,7 @@ def visit(page, base: str, path: str, title: str, num_charts: int, shots: Path) 
         page.wait_for_function(CHARTS_DRAWN, arg=num_charts, timeout=30_000)
     else:
         page.wait_for_timeout(800)  # let the script finish
-    page.get_by_role("link", name="Recommend", exact=True).wait_for(timeout=5_000)  # app.py's titles
+    page.get_by_role("link", name="Recommend", exact=True).wait_for(timeout=30_000)  # app.py's titles
     page.screenshot(path=str(shots / f"{path or 'overview'}.png"))
     assert page.locator('[data-testid="stException"]').count() == 0, path
     drawn = page.evaluate(TRACES)
@@ -143,7 +143,7 @@ def browse(base: str, dash, shots: Path, server_url: queue.Queue, failures: list
             # both switches the server made (its start, the dashboard's) are on every panel
             page.wait_for_function(SWITCHES_ON_EVERY_PANEL, arg=2, timeout=30_000)
             live = page.frame_locator('iframe[src*="plotly_basic"]').first  # the Live chart's frame
-            live.get_by_text("monolithic -> intra").first.wait_for(timeout=5_000)
+            live.get_by_text("monolithic -> intra").first.wait_for(timeout=30_000)
             page.screenshot(path=str(shots / "live-after-apply.png"))
             # new data reaches an open Live page by itself (it redraws every few seconds)
             with Store.open(store) as s:
@@ -170,7 +170,7 @@ def apply_from_the_page(page, base: str, server: str, shots: Path) -> None:
     page.get_by_role("button", name="Apply").click()
     page.get_by_text(re.compile(r"^Applied: ")).wait_for(timeout=90_000)
     page.screenshot(path=str(shots / "apply-done.png"))
-    page.get_by_text(re.compile(r"^Applied$")).first.wait_for(timeout=5_000)  # the metric, redrawn
+    page.get_by_text(re.compile(r"^Applied$")).first.wait_for(timeout=30_000)  # the metric, redrawn
     assert page.get_by_text("not yet").count() == 0
     now = admin_layout(server)
     assert now["layout"] == "intra" and now["prefill_share"] == pytest.approx(0.7)

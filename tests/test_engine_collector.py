@@ -100,7 +100,8 @@ def test_scraper_rows_then_failures_logged_once_with_backoff():
         target = Target()
         runner, url = await serve_target(target)
         logs = []
-        s = EngineScraper(url, host="h1", timeout_s=0.5, log=logs.append)
+        # 1.5 s: room for a busy machine's answer, short of the slow mode's 2 s
+        s = EngineScraper(url, host="h1", timeout_s=1.5, log=logs.append)
         try:
             first = await s.collect(1000.0)
             second = await s.collect(1005.0)
@@ -169,8 +170,13 @@ def test_scraper_against_reference_server(reference_server):
     rows = {r.metric: r for r in second}
     assert rows["scrape_up"].value == 1
     assert rows["generation_tokens_per_s"].value > 0
-    assert rows["ttft_p50_s"].value > 0 and rows["itl_p99_s"].value >= rows["itl_p50_s"].value
-    assert rows["ttft_p50_s"].labels == "engine=gpuprobe;model=tiny"
+    # a percentile under the first bucket's edge is kept as that bound (<name>_p50_below_s):
+    # the tiny model's gaps are under 10 ms on a quiet machine and over it on a busy one
+    def q(name: str) -> float:
+        row = rows.get(f"{name}_s") or rows[f"{name}_below_s"]
+        return row.value
+    assert q("ttft_p50") > 0 and q("itl_p99") >= q("itl_p50") > 0
+    assert (rows.get("ttft_p50_s") or rows["ttft_p50_below_s"]).labels == "engine=gpuprobe;model=tiny"
     assert "kv_cache_usage_pct" in rows and first[0].metric == "scrape_up"
 
 

@@ -127,8 +127,10 @@ def test_a_failing_large_burst_ends_its_prompts_bursts_when_asked(tmp_path):
     from gpuprobe.perf.calibrate import run_calibration
     from gpuprobe.server import launch
 
-    small = dict(prefill_sizes=(16, 32), decode_batches=(1, 2, 6), decode_prompts=(32,), decode_tokens=4,
-                 reps=1, vocab=512, wake_gaps=())
+    # 300 tokens a stream: the six of a burst overlap however slowly a busy machine sends them
+    # (with 4, the first three could finish before the last arrived, and none was refused)
+    small = dict(prefill_sizes=(16, 32), decode_batches=(1, 2, 6), decode_prompts=(32,),
+                 decode_tokens=300, reps=1, vocab=512, wake_gaps=())
     with launch.start_server("tiny", "monolithic", max_num_seqs=3, max_queue=0) as srv:
         cal = run_calibration(srv.url, keep_partial=True, **small)
         with pytest.raises(GpuprobeError, match="decode burst B=6"):  # without it, the failure stands

@@ -1,18 +1,16 @@
 """Replay: open-loop sends, exact token-id prompts, faults recorded as failures, stop keeps records,
 and 300 Azure conversation requests against the reference server."""
 import json
-import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from fake_openai_server import FakeOpenAIServer
+from waiting import wait_for
 from gpuprobe.store import Store
 from gpuprobe.workloads.replay import replay
 
@@ -46,9 +44,10 @@ def test_open_loop_slow_server_does_not_delay_sends(tmp_path):
     with FakeOpenAIServer(token_delay_s=0.2) as srv:   # each request takes ~1 s; sends every 20 ms
         r = replay(workload(25, gap_s=0.02), srv.url)
     assert r.status_counts() == {"ok": 25}
-    # closed loop would lag by whole seconds; allow a scheduling hiccup on a loaded 2-core machine
-    assert r.records["send_lag_s"].quantile(0.8) < 0.02 and r.records["send_lag_s"].max() < 0.5
-    assert r.wall_s < 3.5
+    # closed loop would lag by a second per request (the last one by ~24 s) and take 25 s; the
+    # bounds leave a loaded 2-core machine its scheduling hiccups and still tell the two apart
+    assert r.records["send_lag_s"].quantile(0.8) < 0.25 and r.records["send_lag_s"].max() < 0.9
+    assert r.wall_s < 10
 
 
 @pytest.mark.timeout(60)
@@ -65,8 +64,10 @@ def test_refused_and_dropped_are_failures_and_replay_goes_on(tmp_path):
 @pytest.mark.timeout(60)
 def test_stop_keeps_what_was_recorded(tmp_path):
     stop = threading.Event()
-    threading.Timer(0.5, stop.set).start()
     with FakeOpenAIServer() as srv, Store.open(tmp_path / "s.db") as store:
+        # stopped once three requests arrived, however long the replay took to start
+        threading.Thread(target=lambda: wait_for(lambda: len(srv.bodies) >= 3, "3 requests")
+                         and stop.set(), daemon=True).start()
         r = replay(workload(100, gap_s=0.05), srv.url, store=store, stop=stop)
         rows = store.requests(run_id=r.run_id)
     assert r.interrupted and 3 <= len(r.records) < 100 and len(rows) == len(r.records)
@@ -82,13 +83,7 @@ def test_cli_replay_sigint(tmp_path):
                                  "--target", srv.url, "--store", str(db), "--json", "--no-progress"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.time() + 30
-            while time.time() < deadline and proc.poll() is None:  # wait until the run has started
-                with Store.open(db) as store:
-                    if len(store.runs("replay")):
-                        break
-                time.sleep(0.2)
-            time.sleep(1.5)
+            wait_for(lambda: len(srv.bodies) >= 3 or proc.poll() is not None, "3 requests sent")
             proc.send_signal(2)
             out, err = proc.communicate(timeout=20)
         finally:
@@ -99,41 +94,19 @@ def test_cli_replay_sigint(tmp_path):
         assert len(store.requests(run_id=summary["run_id"])) == summary["sent"]
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.timeout(300)
 def test_azure_conv_300_against_reference_server(tmp_path):
-    port = _free_port()
-    exe = ROOT / ".venv" / "bin" / "gpuprobe"
-    cmd = [str(exe) if exe.exists() else "gpuprobe", "serve", "--model", "tiny", "--port", str(port),
-           "--store", str(tmp_path / "srv.db")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"server did not come up: {proc.stderr.read()[-2000:] if proc.poll() is not None else 'timeout'}")
-                time.sleep(0.5)
-        df = pd.read_csv(ROOT / "gpuprobe" / "data" / "azure_llm_2023_conv.csv").head(300)
-        t = pd.to_datetime(df["TIMESTAMP"])
-        wl = pd.DataFrame({"arrival_s": (t - t.iloc[0]).dt.total_seconds(), "prompt_tokens": df["ContextTokens"],
-                           "output_tokens": df["GeneratedTokens"]})
-        with Store.open(tmp_path / "client.db") as store:
-            r = replay(wl, f"http://127.0.0.1:{port}", speed=4.0, token_scale=0.02, store=store, workload="azure-conv")
-            rows = store.requests(run_id=r.run_id)
-        assert r.status_counts() == {"ok": 300}, r.records["error"].dropna().head().tolist()
-        assert len(rows) == 300 and rows["ttft_s"].notna().all() and rows["token_times"].notna().all()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    from gpuprobe.server.launch import start_server
+
+    df = pd.read_csv(ROOT / "gpuprobe" / "data" / "azure_llm_2023_conv.csv").head(300)
+    t = pd.to_datetime(df["TIMESTAMP"])
+    wl = pd.DataFrame({"arrival_s": (t - t.iloc[0]).dt.total_seconds(), "prompt_tokens": df["ContextTokens"],
+                       "output_tokens": df["GeneratedTokens"]})
+    # no admission by predicted wait: a crowded machine's waits pass its 10 s, and the 429s that
+    # brings are the server's policy (test_server_admission), not what replay is tested for
+    with start_server("tiny", store=str(tmp_path / "srv.db"), max_queue_wait="0") as srv, \
+            Store.open(tmp_path / "client.db") as store:
+        r = replay(wl, srv.url, speed=4.0, token_scale=0.02, store=store, workload="azure-conv")
+        rows = store.requests(run_id=r.run_id)
+    assert r.status_counts() == {"ok": 300}, r.records["error"].dropna().head().tolist()
+    assert len(rows) == 300 and rows["ttft_s"].notna().all() and rows["token_times"].notna().all()

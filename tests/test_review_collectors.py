@@ -64,7 +64,7 @@ def test_bad_flag_is_one_line_and_exit_2(tmp_path, capsys, argv, needle):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("argv,needle", [
-    (["agent", "--metrics-addr", "127.0.0.1", "--metrics-port", "{port}"], "/metrics: cannot listen on 127.0.0.1:"),
+    (["agent", "--metrics-port", "{port}"], "/metrics: cannot listen on 127.0.0.1:"),
     (["tap", UP, "--listen", "127.0.0.1:{port}"], "--listen: cannot listen on 127.0.0.1:"),
 ], ids=["agent", "tap"])
 def test_port_in_use_is_one_line_and_exit_2(tmp_path, argv, needle):

@@ -51,7 +51,8 @@ def _metrics(url: str) -> dict:
     out = {}
     for fam in text_string_to_metric_families(text):
         for smp in fam.samples:
-            key = (smp.name, smp.labels.get("finished_reason") or smp.labels.get("status"))
+            key = (smp.name, smp.labels.get("finished_reason") or smp.labels.get("status")
+                   or smp.labels.get("reason"))
             out[key] = out.get(key, 0.0) + smp.value
     return out
 
@@ -71,6 +72,11 @@ def test_metrics_equal_the_store_and_refusals_are_recorded(server):
     requests.post(server.url + "/v1/completions", data=b"{not json", timeout=30)
     requests.post(server.url + "/v1/completions", json={"model": "other", "prompt": "x"},
                   timeout=30)
+    context = requests.get(server.url + "/v1/models", timeout=30).json()["data"][0]["max_model_len"]
+    too_long = requests.post(server.url + "/v1/completions", timeout=30,
+                             json={"prompt": [7] * context, "max_tokens": 4})
+    assert too_long.status_code == 400
+    assert too_long.json()["error"]["code"] == "context_length_exceeded"
 
     async def aborted():  # a client that leaves after the first chunk
         async with aiohttp.ClientSession() as s:
@@ -84,9 +90,10 @@ def test_metrics_equal_the_store_and_refusals_are_recorded(server):
         m = _metrics(server.url)
         finished = sum(v for (k, _), v in m.items() if k == "gpuprobe_requests_finished_total")
         with Store.open(server.store_path, read_only=True) as store:
-            rows = store.requests(source="server")
+            rows, arrivals = store.requests(source="server"), store.arrivals()
         if len(rows) == finished and m[("vllm:num_requests_running", None)] == 0 \
-                and m[("vllm:request_success_total", "abort")] == 1:
+                and m[("vllm:request_success_total", "abort")] == 1 \
+                and len(arrivals) == m[("gpuprobe_requests_arrived_total", None)]:
             break
         time.sleep(0.3)
     for status, n in rows.status.value_counts().items():
@@ -94,6 +101,19 @@ def test_metrics_equal_the_store_and_refusals_are_recorded(server):
     assert {"http_400", "http_404", "http_429", "ok", "aborted"} <= set(rows.status)
     refused = rows[rows.status.str.startswith("http_")]
     assert (refused.output_tokens == 0).all() and refused.error.notna().all()
+    # every request was stored as it arrived, with what the server held then; each refusal
+    # with its reason, counted by reason on /metrics
+    assert sorted(arrivals.request_id) == sorted(rows.request_id)
+    came = arrivals.set_index("request_id").loc[rows.request_id]
+    assert list(came.status) == [s if s.startswith("http_") else "admitted" for s in rows.status]
+    assert (came.num_in_flight >= 0).all() and (came.num_waiting <= came.num_in_flight).all()
+    reasons = arrivals.reason.dropna().value_counts().to_dict()
+    assert {"invalid_request", "model_not_found", "context_length_exceeded",
+            "max_queue_wait"} <= set(reasons), reasons
+    assert reasons["context_length_exceeded"] == 1
+    assert arrivals[arrivals.reason == "context_length_exceeded"].prompt_tokens.tolist() == [context]
+    for reason, n in reasons.items():
+        assert m[("gpuprobe_requests_refused_total", reason)] == n, reason
     ran = rows[rows.status.isin(["ok", "aborted"])]
     assert m[("vllm:request_success_total", "length")] == (ran.status == "ok").sum()
     assert m[("vllm:request_success_total", "abort")] == (ran.status == "aborted").sum() == 1

@@ -168,7 +168,7 @@ def test_telemetry_rows_land_in_the_store(server):
     prompt = list(range(300, 311))  # 11 tokens: no other test uses that length
     requests.post(server.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 4,
                                                          "ignore_eos": True}, timeout=30)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with Store.open(server.store_path, read_only=True) as store:
             reqs, steps = store.requests(source="server"), store.steps()

@@ -1,4 +1,5 @@
-"""SmolLM2-135M behind the reference server (its real byte-level BPE tokenizer): a streaming
+"""SmolLM2-135M behind the reference server (its real byte-level BPE tokenizer), one server
+for the module: the official openai client's streaming chat answers "Paris"; a streaming
 client that counts chunks sees one chunk per token, none empty, and its TTFT is the first
 token's; a 1 MB prompt, and a 400 KB one that must be tokenised, are refused without stalling
 /health or a stream in flight."""
@@ -33,7 +34,26 @@ def server(tmp_path_factory):
         assert srv.stop() == 0
 
 
-def _row(store_path, request_id: str, timeout_s: float = 20.0):
+def test_openai_client_streaming_chat_answers_paris(server):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", timeout=120)
+    stream = client.chat.completions.create(
+        model=MODEL, stream=True, max_tokens=40, temperature=0,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        stream_options={"include_usage": True})
+    pieces, usage = [], None
+    for chunk in stream:
+        if chunk.choices:
+            pieces.append(chunk.choices[0].delta.content or "")
+        if chunk.usage:
+            usage = chunk.usage
+    text = "".join(pieces)
+    assert "Paris" in text, text
+    assert text.isascii() and len(text.split()) >= 3, text  # English words, not noise
+    assert usage is not None and usage.completion_tokens == len(pieces)
+
+
+def _row(store_path, request_id: str, timeout_s: float = 60.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with Store.open(store_path, read_only=True) as store:
@@ -138,7 +158,7 @@ def test_large_prompts_do_not_stall_health_or_a_stream(server):
         assert during, "no /health probe overlapped the large requests"
         # Delay: beyond the slowest the same probes (or the same stream's gaps) took without a
         # large prompt, so the machine's own scheduling noise on a shared VM is not counted.
-        # Tokenising 1 MB on the event loop took 1.2 s here: far past the 100 ms allowed.
+        # Tokenising 1 MB on the event loop took 1.2 s here: far past the 400 ms allowed.
         health_delay = max(during) - max(baseline)
         # The stream is judged over the 1 MB prompts (refused by length, no tokenising): the
         # 400 KB one is tokenised in a thread, which keeps the loop free (/health above) but
@@ -152,12 +172,13 @@ def test_large_prompts_do_not_stall_health_or_a_stream(server):
 
     # Timed on a shared VM: a second attempt when the first meets a scheduling spike. A front
     # that tokenises on its event loop is late by seconds (issue 43 measured /health at 2.4 s).
+    # 0.4 s: a third of the 1.2 s that tokenising on the loop cost, above a busy machine's spikes
     for tries in (1, 2):
         health_delay, stream_delay, detail = attempt()
-        if health_delay < 0.1 and stream_delay < 0.1:
+        if health_delay < 0.4 and stream_delay < 0.4:
             break
-    assert health_delay < 0.1 and stream_delay < 0.1, (health_delay, stream_delay, detail)
-    deadline = time.monotonic() + 20
+    assert health_delay < 0.4 and stream_delay < 0.4, (health_delay, stream_delay, detail)
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with Store.open(server.store_path, read_only=True) as store:
             reqs = store.requests(source="server")

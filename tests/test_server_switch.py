@@ -25,7 +25,8 @@ async def _scenario(url: str) -> tuple[list, list, list[dict]]:
         def launch(k: int) -> None:
             for _ in range(25):
                 i = len(jobs)
-                jobs.append(([1 + i, 2, 3 + i % 50], 10 + (i * 37) % 120))
+                # 10-59 tokens: streams that outlast a switch, at half the tokens of 10-129
+                jobs.append(([1 + i, 2, 3 + i % 50], 10 + (i * 37) % 50))
                 tasks.append(asyncio.ensure_future(stream_completion(s, url, *jobs[-1])))
 
         for target in ("intra", "cross", "monolithic"):

@@ -1,12 +1,5 @@
 """The decision tables (schema 5): recommendations with ids, forecasts with origins,
-validate results, the autopilot's audit log and its lock."""
-import os
-import subprocess
-import sys
-
-import pytest
-
-from gpuprobe.errors import StoreError
+validate results, the autopilot's audit log."""
 from gpuprobe.store import Store
 
 
@@ -51,25 +44,3 @@ def test_decision_outcome_and_validations(tmp_path):
                                  "body": {"layouts": {}}})
         assert store.validations("w")["best_measured"].tolist() == ["intra"]
 
-
-def test_lock_is_exclusive_and_taken_over_when_holder_is_gone(tmp_path):
-    path = tmp_path / "s.db"
-    with Store.open(path) as store:
-        store.acquire_lock("autopilot:x")
-        store.acquire_lock("autopilot:x")  # the holder may take it again
-    # Another live process holding it: refused, naming the holder.
-    child = subprocess.Popen([sys.executable, "-c", (
-        "import time; from gpuprobe.store import Store\n"
-        f"Store.open({str(path)!r}).acquire_lock('autopilot:y'); print('ok', flush=True); time.sleep(30)")],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "ok"
-        with Store.open(path) as store:
-            with pytest.raises(StoreError, match=f"pid {child.pid}"):
-                store.acquire_lock("autopilot:y")
-    finally:
-        child.kill()
-        child.wait()
-    with Store.open(path) as store:  # its holder died: taken over
-        store.acquire_lock("autopilot:y")
-        assert store.locks().set_index("name").loc["autopilot:y", "holder_pid"] == os.getpid()

@@ -65,7 +65,10 @@ def test_client_closing_at_done_is_recorded_and_raises_nothing(tmp_path, caplog)
         tap_runner, tap_port = await _start(tap.app())
         try:
             seen = [await _read_to_done_and_reset(tap_port) for _ in range(3)]
-            await asyncio.sleep(0.6)  # the tap finishes each stream after its client left
+            # the tap finishes each stream after its client left: until all three are recorded
+            deadline = asyncio.get_running_loop().time() + 20
+            while len(store.requests(source="tap")) < 3 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
         finally:
             await tap_runner.cleanup()
             await up_runner.cleanup()

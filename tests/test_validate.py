@@ -5,24 +5,22 @@ import math
 import pytest
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("interleave", [False, True], ids=["one-pass", "interleaved"])
-def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, interleave):
+def _short_run(tmp_path, monkeypatch, layouts: tuple[str, ...], interleave: bool):
+    """One validate run of 16 requests of azure-conv, small calibration sweeps, 2 replays:
+    (its JSON, as the CLI prints it; the dump of its inputs; the options)."""
     import pickle
 
     import pandas as pd
 
-    from gpuprobe.perf.metrics import Slo, pick_best
+    from gpuprobe.perf.metrics import Slo
     from gpuprobe.validate.options import ValidateOptions
     from gpuprobe.validate.run import run_validate
-    from gpuprobe.validate.verdict import COMPARED
     from gpuprobe.workloads.loading import bundled_trace
     raw = pd.read_csv(bundled_trace("azure-conv"), nrows=40)
     ts = pd.to_datetime(raw["TIMESTAMP"])
     wl = pd.DataFrame({"arrival_s": (ts - ts.iloc[0]).dt.total_seconds(),
                        "prompt_tokens": raw["ContextTokens"], "output_tokens": raw["GeneratedTokens"]})
-    opts = ValidateOptions(layouts=("monolithic", "intra"), limit=16, token_scale=0.05,
+    opts = ValidateOptions(layouts=layouts, limit=16, token_scale=0.05,
                            slo=Slo(1.0, 0.1), budget_s=200.0, quiet_wait_s=0.0,  # no waits
                            replays=2, interleave=interleave,
                            calibration=(("prefill_sizes", (16, 32, 64, 128, 256)), ("reps", 1),
@@ -31,6 +29,30 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     monkeypatch.setenv("GPUPROBE_VALIDATE_DUMP", str(tmp_path / "dump.pkl"))
     out = run_validate(wl, opts, progress=False)
     doc = json.loads(json.dumps({k: v for k, v in out.items() if k != "profile"}, default=float))
+    with open(tmp_path / "dump.pkl", "rb") as fh:
+        return doc, pickle.load(fh), opts
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_one_pass_calibrates_once_before_the_replays_and_rechecks_after(tmp_path, monkeypatch):
+    """--no-interleave, on monolithic alone (the protocol, not the comparison, is the subject
+    here; the interleaved run below checks the whole shape on two layouts)."""
+    doc, dump, _ = _short_run(tmp_path, monkeypatch, ("monolithic",), interleave=False)
+    assert [r["layout"] for r in doc["rows"]] == ["monolithic"] * len(doc["rows"]) and doc["rows"]
+    probe = dump["probes"]["monolithic"]
+    passes, windows = probe["cal_runs"], probe["replay_windows"]
+    assert len(windows) == 2
+    assert len(passes) == 1 and passes[0]["window"][1] <= windows[0][0] <= windows[-1][1]
+    assert windows[-1][1] <= probe["recheck_window"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch):
+    from gpuprobe.perf.metrics import pick_best
+    from gpuprobe.validate.verdict import COMPARED
+    doc, dump, opts = _short_run(tmp_path, monkeypatch, ("monolithic", "intra"), interleave=True)
     assert {"rows", "best_measured", "best_predicted", "slo"} <= set(doc)
     assert len(doc["rows"]) == 2 * len(COMPARED)
     for r in doc["rows"]:
@@ -68,8 +90,6 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     assert set(doc["recheck"]) == {"monolithic", "intra"}
     assert all(v is None or 0.5 <= v <= 2.0 for r in doc["recheck"].values() for v in r.values())
     # the dump holds what the predictions were made from, and every step the servers took
-    with open(tmp_path / "dump.pkl", "rb") as fh:
-        dump = pickle.load(fh)
     w = doc["workload"]
     assert len(dump["schedule"]) == w["replayed_requests"] == doc["plan"]["requests_per_replay"]
     assert set(dump["probes"]) == {"monolithic", "intra"}
@@ -94,10 +114,6 @@ def test_short_validate_run_has_the_documented_shape(tmp_path, monkeypatch, inte
     _check_sim_seeds(dump)
     probe = dump["probes"]["intra"]
     passes, windows = probe["cal_runs"], probe["replay_windows"]
-    if not interleave:  # one pass before the replays, the recheck after them
-        assert len(passes) == 1 and passes[0]["window"][1] <= windows[0][0] <= windows[-1][1]
-        assert windows[-1][1] <= probe["recheck_window"][0]
-        return
     # a pass after each replay as the plan keeps them (the one between the replays may go
     # to fit the budget), the pass after the last replay always; every pass is in the fit
     assert len(windows) == 2 and 2 <= len(passes) <= doc["plan"]["calibration_passes"] <= 3

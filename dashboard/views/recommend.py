@@ -95,6 +95,8 @@ if rec is not None:
         st.caption("Servers this store recorded, newest first: " + (", ".join(servers) or "none yet"))
         token = st.text_input("Admin token", type="password")
         sure = st.checkbox(f"Yes, switch this server to {rec.label}")
+        force = st.checkbox("Take over from its controller, if one holds it (an autopilot "
+                            "stops; recorded as a takeover)")
         go = st.form_submit_button("Apply", type="primary")
     if go:
         st.session_state["apply_target"] = target
@@ -103,7 +105,7 @@ if rec is not None:
         else:
             try:
                 with st.spinner(f"reading {target}'s layout, then switching it if it runs another ..."):
-                    result = apply(store_path(), rec.id, target, token)
+                    result = apply(store_path(), rec.id, target, token, force=force)
             except GpuprobeError as exc:
                 st.error(apply_failed(exc))
             else:
@@ -114,6 +116,8 @@ if rec is not None:
     if done and done[0] == rec.id:
         _, where, result = done
         st.success(applied_line(where, result))
+        if result.get("took_over"):
+            st.warning(f"Took the server over from {result['took_over']}: its lease ended.")
         for note in result.get("kept") or []:
             st.info(f"Not changed by a live switch: {note}")
         with st.expander("details: the server's answer"):

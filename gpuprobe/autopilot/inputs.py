@@ -25,10 +25,18 @@ from gpuprobe.errors import UserError
 MODES = ("all", "window")
 
 
+# What a layout serves: requests served, still in flight or waiting, and turned away for
+# overload (429: demand the layout could not take). Not those refused as malformed or too long
+# for the context (400: no layout serves them; the audit log counts them), nor failed ones.
+LOAD_STATUSES = ("ok", "in_flight", "http_429")
+
+
 def window_workload(requests: pd.DataFrame) -> pd.DataFrame:
-    """The server's request rows -> a workload frame (arrival_s from the first, lengths)."""
-    df = requests[requests["status"].fillna("ok") == "ok"] if "status" in requests else requests
-    df = df.sort_values("arrival_s")
+    """The window's requests (outcome.recent_window, or the server's rows) -> a workload frame
+    of their load (LOAD_STATUSES): arrival_s from the first, lengths."""
+    df = requests[requests["status"].fillna("ok").isin(LOAD_STATUSES)] if "status" in requests \
+        else requests
+    df = df.dropna(subset=["prompt_tokens"]).sort_values("arrival_s")
     t0 = float(df["arrival_s"].iloc[0]) if len(df) else 0.0
     return pd.DataFrame({"arrival_s": df["arrival_s"].to_numpy(float) - t0,
                          "prompt_tokens": df["prompt_tokens"].to_numpy(np.int64),
@@ -71,17 +79,22 @@ def _forecast_means(f: dict) -> dict:
 def predict(workload_df: pd.DataFrame, profile, slo, mode: str = "all", devices: int = 2,
             store=None) -> dict:
     """{layout, params, candidates (best first, each with max_goodput_rps_per_device), source,
-    id (mode all: the recommendation stored in `store`, so apply and check can find it)};
-    UserError when no candidate meets the SLO at any rate."""
+    id (mode all: the recommendation stored in `store`, so apply and check can find it),
+    overloaded}. Where no candidate meets the SLO (overload) they rank by SLO attainment at
+    the window's load: overload is a reason to act, not to hold."""
     if mode == "all":
         from gpuprobe.decide.decision import DecisionOptions, run_decision
-        rec = run_decision(workload_df, profile, slo, DecisionOptions(max_devices=devices), store)
+        try:
+            rec = run_decision(workload_df, profile, slo, DecisionOptions(max_devices=devices),
+                               store)
+        except UserError as exc:  # no rate meets the SLO: overload, ranked at the window's load
+            out = predict(workload_df, profile, slo, "window", devices)
+            return {**out, "source": f"{out['source']} (recommend: {exc})"}
         return {"layout": rec.layout, "params": rec.deployment.params(),
                 "candidates": list(rec.candidates), "source": "recommend", "id": rec.id}
     from gpuprobe.decide.candidates import Candidate, at_profile_tp
     from gpuprobe.decide.predict import predict as predict_one
     from gpuprobe.decide.rank import rank
-    from gpuprobe.decide.recommend import impossible
     from gpuprobe.perf.metrics import meets_slo
     from gpuprobe.workloads.loading import as_workload
 
@@ -97,8 +110,12 @@ def predict(workload_df: pd.DataFrame, profile, slo, mode: str = "all", devices:
                      "max_goodput_rps_per_device": s.get("offered_goodput_rps_per_device") if ok else 0.0,
                      "ttft_p99_s": s.get("ttft_p99_s"), "tbt_p99_s": s.get("tbt_p99_s"),
                      "simplicity": list(c.simplicity)})
-    ranked = rank(rows)
+    ranked, source = rank(rows), "the three default layouts at the window's rate, ranked by rank()"
     if not ranked[0]["meets_slo"]:
-        raise UserError(impossible(ranked, slo))
+        # None meets the SLO at the offered load: overload, which a better layout may relieve,
+        # so they rank by SLO attainment there (the policy's gain then counts attainment).
+        ranked = sorted(rows, key=lambda r: (-(r["slo_attainment"] or 0.0), r["simplicity"]))
+        source = ("the three default layouts at the window's rate; none meets the SLO there "
+                  "(overload): ranked by SLO attainment")
     return {"layout": ranked[0]["layout"], "params": ranked[0]["params"], "candidates": ranked,
-            "source": "the three default layouts at the window's rate, ranked by rank()"}
+            "source": source, "overloaded": not ranked[0]["meets_slo"]}

@@ -7,7 +7,9 @@ A decision: fill in the previous decision's outcome (what the interval since it 
 read the target's layout, read the window of the server's requests from the store, forecast
 the next interval, predict the candidates, ask the policy, switch when it says so (not in a
 dry run), and insert the decision. Faults at the target are logged as a decision with action
-`no-target`; nothing is changed and the next interval tries again.
+`no-target`; nothing is changed and the next interval tries again. The live autopilot holds
+the server's controller lease (lease.py): another controller's means it does not start, and
+losing it stops it (LeaseLost, one line).
 """
 from __future__ import annotations
 
@@ -19,12 +21,15 @@ import time
 from dataclasses import dataclass, field, replace
 
 from gpuprobe.autopilot import inputs, outcome
+from gpuprobe.autopilot.lease import LeaseKeeper, holder_name
 from gpuprobe.autopilot.policy import SWITCH, PolicyConfig, PolicyState, after_switch, decide, key, observe
 from gpuprobe.decide.admin_client import AdminClient, AdminError, layout_body
 from gpuprobe.decide.recommendation import Deployment
-from gpuprobe.errors import UserError
+from gpuprobe.errors import GpuprobeError, UserError
 
-LOCK_RENEW_S = 30.0  # well inside the store's stale-lock age (120 s)
+
+class LeaseLost(GpuprobeError):
+    """The autopilot's lease on its server ended (taken over, expired): it stopped."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +49,14 @@ class AutopilotConfig:
         return self.window_s or self.interval_s
 
 
-def lock_name(target: str) -> str:
-    return f"autopilot:{target.rstrip('/')}"
-
-
 class Autopilot:
     def __init__(self, store, admin: AdminClient, profile, slo, cfg: AutopilotConfig,
-                 say=print, clock=time.time):
+                 say=print, clock=time.time, holder: str | None = None):
         self.store, self.admin, self.profile, self.slo, self.cfg = store, admin, profile, slo, cfg
         self.say, self.clock = say, clock
         self.host = socket.gethostname()
+        self.holder = holder or holder_name()
+        self.keeper: LeaseKeeper | None = None  # run()'s hold on the server (none in a dry run)
         self.state = PolicyState()
         self.virtual: tuple[str, dict] | None = None  # a dry run's layout after its first "switch"
         self.prev: tuple[int, float] | None = None    # (decision id, ts) awaiting its outcome
@@ -63,11 +66,14 @@ class Autopilot:
     # ---- the loop -------------------------------------------------------------------------
     def run(self, stop: threading.Event, max_decisions: int | None = None) -> int:
         """Decide every interval until `stop` is set; returns how many decisions were made.
-        The live autopilot holds the target's lock throughout (a dry run changes nothing and
-        takes none)."""
-        name = lock_name(self.cfg.target)
+        The live autopilot holds the server's lease throughout (a dry run changes nothing and
+        takes none): UserError when another controller holds it at the start, LeaseLost
+        (after the decision in flight) when it is lost."""
         if not self.cfg.dry_run:
-            self.store.acquire_lock(name)  # StoreError naming the holder if another runs
+            self.keeper = LeaseKeeper(self.admin, self.holder, f"autopilot of {self.cfg.target}",
+                                      on_lost=lambda _: stop.set())
+            self._take_lease(starting=True)
+            self.keeper.start()
         try:
             t_next = self.clock()
             while not stop.is_set():
@@ -78,23 +84,43 @@ class Autopilot:
                 if (late := self.clock() - t_next) > 0:  # a long switch: skip the missed ticks
                     t_next += math.ceil(late / self.cfg.interval_s) * self.cfg.interval_s
                 while not stop.is_set() and (wait := t_next - self.clock()) > 0:
-                    stop.wait(min(wait, LOCK_RENEW_S))
-                    if not self.cfg.dry_run:
-                        self.store.renew_lock(name)
+                    stop.wait(wait)
             self.close_outcome(partial=True)
         finally:
-            if not self.cfg.dry_run:
-                self.store.release_lock(name)
+            if self.keeper is not None:
+                self.keeper.close()
+        if self.keeper is not None and self.keeper.lost:
+            raise LeaseLost(f"the autopilot stopped, its lease is gone: {self.keeper.lost}")
         return self.decisions
+
+    def _take_lease(self, starting: bool = False) -> AdminError | None:
+        """Hold the lease if not yet held (a server unreachable at the start is asked again at
+        each decision); the fault to log, or None. Another holder: at the start a UserError
+        naming it; later, the lease counts as lost."""
+        try:
+            self.keeper.acquire()
+        except AdminError as exc:
+            if exc.kind == "held":
+                if starting:
+                    raise UserError(f"--target: {exc}; not started") from None
+                self.keeper.note(exc)
+            return exc
+        return None
 
     def step(self) -> dict:
         """One decision, written to the audit log; returns the record."""
         now = self.clock()
         self.close_outcome()
-        # The window: one stretch of arrivals, all finished (outcome.recent_window says why).
+        # The window: what arrived in it, finished or not (outcome.recent_window says why).
         rec = {"host": self.host, "target": self.cfg.target, "ts_s": now,
                "window_start_s": now - self.cfg.window, "window_end_s": now}
         try:
+            if self.keeper is not None and not self.keeper.held and not self.keeper.lost:
+                if (fault := self._take_lease()) is not None:
+                    raise fault
+            if self.keeper is not None and not self.keeper.renew():  # taken over: stop here
+                return self._log({**rec, "current_layout": self.state.layout,
+                                  "action": "no-target", "reason": f"lease lost: {self.keeper.lost}"})
             seen = self.admin.layout()
         except AdminError as exc:
             return self._log({**rec, "current_layout": self.state.layout, "action": "no-target",
@@ -106,26 +132,37 @@ class Autopilot:
         lead_start = lead_now - self.cfg.window
         rec.update(window_start_s=lead_start, window_end_s=lead_now)
         rec["current_layout"] = self.state.layout
+        backlog = outcome.backlog_before(self.store, now - self.cfg.window, now)
+        load = outcome.load_summary(rows, self.cfg.window, backlog)
+        said = f" [{outcome.load_text(load)}]"  # the load is in every line the window made
         if not len(rows):
             d = decide(self.state, [], now, lead_start, self.cfg.policy, traffic=False)
             self.state = d.state
-            return self._log({**rec, "action": "hold", "reason": d.reason,
-                              "forecast": {"window_requests": 0}})
+            reason = d.reason if not backlog else \
+                f"holding: no arrivals in the window, {backlog} earlier ones still in flight{said}"
+            return self._log({**rec, "action": "hold", "reason": reason,
+                              "forecast": {"window_requests": 0, "load": load}})
+        window_wl = inputs.window_workload(rows)
+        if not len(window_wl):
+            return self._log({**rec, "action": "hold", "forecast": {"load": load},
+                              "reason": "holding: every request in the window was refused as one "
+                                        "no layout serves" + said})
         hist = None
         if self.cfg.forecast:
             hist = inputs.window_workload(outcome.server_requests(
                 self.store, now - max(self.cfg.history_s, self.cfg.window), now))
-        wl, fsum = inputs.forecast_next(inputs.window_workload(rows), self.cfg.window,
+        wl, fsum = inputs.forecast_next(window_wl, self.cfg.window,
                                         self.cfg.interval_s, hist, self.cfg.interval_s)
+        fsum["load"] = load
         try:
             pred = inputs.predict(wl, self.profile, self.slo, self.cfg.candidates, self.cfg.devices,
                                   self.store)
-        except UserError as exc:  # no candidate meets the SLO at any rate: nothing to move to
+        except UserError as exc:  # a window the predictors cannot take: nothing to move to
             return self._log({**rec, "forecast": fsum, "action": "hold",
-                              "reason": f"holding: {exc}"})
+                              "reason": f"holding: {exc}{said}"})
         except Exception as exc:  # noqa: BLE001 - a predictor bug must not end the loop: logged
             return self._log({**rec, "forecast": fsum, "action": "hold",
-                              "reason": f"holding: the prediction failed ({type(exc).__name__}: {exc})"})
+                              "reason": f"holding: the prediction failed ({type(exc).__name__}: {exc}){said}"})
         cands = list(pred.get("candidates") or [])
         d = decide(self.state, cands, now, lead_start, self.cfg.policy, lead_now_s=lead_now)
         self.state = d.state
@@ -139,6 +176,9 @@ class Autopilot:
         if d.action == SWITCH:
             self._rec_id = pred.get("id")
             rec.update(self._switch(d.chosen, d.reason, now))
+        if pred.get("overloaded"):
+            rec["reason"] += "; overloaded: none meets the SLO at this load, ranked by attainment"
+        rec["reason"] += said
         return self._log(rec)
 
     # ---- parts ----------------------------------------------------------------------------
@@ -160,8 +200,11 @@ class Autopilot:
         try:
             # the body apply sends for the same settings (cross xPyD as its prefill fraction)
             body = layout_body(Deployment.from_params(chosen["layout"], chosen.get("params") or {}))
-            entry = self.admin.switch(body, "autopilot", reason)
+            holder = self.holder if self.keeper is not None else None
+            entry = self.admin.switch(body, "autopilot", reason, holder=holder)
         except AdminError as exc:
+            if self.keeper is not None and self.keeper.note(exc):  # not ours any more: stop
+                return {"action": "no-target", "reason": f"{reason}; not done: {exc}"}
             if exc.kind != "failed":  # never started (or unknown): re-read next interval
                 return {"action": "no-target",
                         "reason": f"{reason}; not done: {exc.kind}: {exc}; retried next interval"}

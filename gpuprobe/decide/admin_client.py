@@ -4,12 +4,16 @@ autopilot), stdlib HTTP only: a method per endpoint.
     admin = AdminClient("http://127.0.0.1:8000", token)
     admin.layout()                                  # GET /admin/layout
     admin.switch(layout_body(deployment), actor="gpuprobe-apply", reason="recommendation 3")
+    admin.acquire_lease("autopilot@host:42", "autopilot", ttl_s=60)   # POST /admin/lease
+    admin.renew_lease("autopilot@host:42"); admin.release_lease("autopilot@host:42")
 
 Every failure is an AdminError whose `kind` says what happened, so a caller can say it in
 one line and decide what to do next:
 - unreachable: no answer (refused, DNS, a timeout before any reply);
 - refused: 401/403 (the token), 404 (not a reference server) or another 4xx (the request);
 - busy: 409, a switch already in progress (the server does not queue a second);
+- held: 409, another controller holds the server's lease (the message names it and its
+  expiry), or the caller's own lease ended (expired, or taken over with force: by whom);
 - failed: the server tried and the new layout did not start (5xx), or its answer was unreadable;
 - unknown: the connection broke or timed out while a switch was in flight: the layout must
   be read again rather than assumed.
@@ -23,7 +27,7 @@ import urllib.request
 
 from gpuprobe.errors import GpuprobeError
 
-KINDS = ("unreachable", "refused", "busy", "failed", "unknown")
+KINDS = ("unreachable", "refused", "busy", "held", "failed", "unknown")
 SWITCH_TIMEOUT_S = 600.0  # starting a layout loads the model into new workers
 
 
@@ -49,11 +53,36 @@ class AdminClient:
             raise AdminError("failed", f"{self.url}/admin/layout has no layout in its answer")
         return out
 
-    def switch(self, body: dict, actor: str, reason: str) -> dict:
+    def switch(self, body: dict, actor: str, reason: str, holder: str | None = None,
+               force: bool = False) -> dict:
         """POST /admin/layout with `body` (layout_body's), who asks and why; returns the
-        server's history entry once the new layout is active."""
-        return self._call("POST", "/admin/layout", {**body, "actor": actor, "reason": reason[:200]},
+        server's history entry once the new layout is active. holder: the lease the caller
+        holds; force: past another's lease, which it ends (the server records the takeover)."""
+        extra = {"holder": holder} if holder else {}
+        if force:
+            extra["force"] = True
+        return self._call("POST", "/admin/layout",
+                          {**body, "actor": actor, "reason": reason[:200], **extra},
                           self.switch_timeout_s)
+
+    def lease(self) -> dict:
+        """GET /admin/lease: {held, holder, purpose, ttl_s, acquired_s, expires_s, ...}."""
+        return self._call("GET", "/admin/lease", None, self.timeout_s)
+
+    def acquire_lease(self, holder: str, purpose: str, ttl_s: float, force: bool = False) -> dict:
+        """POST /admin/lease: hold the server for ttl_s s (its holder may call again to renew);
+        force takes it from another holder (recorded). AdminError 'held' while another holds it."""
+        return self._call("POST", "/admin/lease", {"holder": holder, "purpose": purpose[:200],
+                                                   "ttl_s": ttl_s, "force": force}, self.timeout_s)
+
+    def renew_lease(self, holder: str, ttl_s: float | None = None) -> dict:
+        """PUT /admin/lease; AdminError 'held' when the lease is no longer the holder's."""
+        body = {"holder": holder} if ttl_s is None else {"holder": holder, "ttl_s": ttl_s}
+        return self._call("PUT", "/admin/lease", body, self.timeout_s)
+
+    def release_lease(self, holder: str) -> dict:
+        """DELETE /admin/lease."""
+        return self._call("DELETE", "/admin/lease", {"holder": holder}, self.timeout_s)
 
     def _call(self, method: str, path: str, body: dict | None, timeout_s: float) -> dict:
         data = json.dumps(body).encode() if body is not None else None
@@ -65,10 +94,10 @@ class AdminClient:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
-            raise _http_error(self.url, path, method, exc.code, _message(exc)) from None
+            raise _http_error(self.url, path, method, exc.code, *_message(exc)) from None
         except (urllib.error.URLError, OSError) as exc:  # ConnectionError, timeouts
             reason = getattr(exc, "reason", exc)
-            if method == "POST" and not _before_send(reason):
+            if method == "POST" and path == "/admin/layout" and not _before_send(reason):
                 raise AdminError("unknown", f"{self.url}: the switch request broke off ({reason}); "
                                  "the layout must be read again") from None
             raise AdminError("unreachable", f"cannot reach {self.url} ({reason})") from None
@@ -93,9 +122,12 @@ def layout_body(d) -> dict:
     return body
 
 
-def _http_error(url: str, path: str, method: str, status: int, message: str) -> AdminError:
+def _http_error(url: str, path: str, method: str, status: int, message: str,
+                kind: str | None = None) -> AdminError:
     if status in (401, 403):
         return AdminError("refused", f"{url} refused the admin token ({status}: {message})")
+    if status == 409 and kind == "lease_conflict":
+        return AdminError("held", f"{url}: {message}")
     if status == 409:
         return AdminError("busy", f"{url}: a layout switch is already in progress ({message})")
     if status == 404:
@@ -111,9 +143,12 @@ def _before_send(reason) -> bool:
     return isinstance(reason, (ConnectionRefusedError, socket.gaierror))
 
 
-def _message(exc: urllib.error.HTTPError) -> str:
+def _message(exc: urllib.error.HTTPError) -> tuple[str, str | None]:
+    """(the error body's message, its type: lease_conflict tells a held lease from a busy
+    switch)."""
     try:
         body = json.loads(exc.read() or b"{}")
-        return str((body.get("error") or {}).get("message") or body)[:200]
+        err = body.get("error") or {}
+        return str(err.get("message") or body)[:300], err.get("type")
     except (ValueError, AttributeError, OSError):
-        return exc.reason or "no message"
+        return exc.reason or "no message", None

@@ -2,7 +2,9 @@
 the new layout is active), confirm with GET /admin/layout, then mark the recommendation applied.
 
 The server records the layout event itself, with the actor and the reason ("recommendation N")
-sent here. Every failure is an AdminError (exit 1) whose kind says which one it was
+sent here. While another controller (an autopilot) holds the server's lease the switch is
+refused, naming the holder and its expiry; `force` goes through, ends that lease (the
+autopilot stops) and the server records the takeover. Every failure is an AdminError (exit 1) whose kind says which one it was
 (unreachable, refused, busy, failed, unknown) and happens before anything is stored, so a
 failed apply changes nothing; an unknown id is a UserError (exit 2).
 """
@@ -18,12 +20,14 @@ ACTOR = "gpuprobe-apply"  # who the server's layout event names, unless the call
 
 
 def apply_recommendation(store, rec_id: int, target: str, token: str, actor: str = ACTOR,
-                         timeout_s: float = SWITCH_TIMEOUT_S) -> dict:
+                         timeout_s: float = SWITCH_TIMEOUT_S, force: bool = False) -> dict:
     """Switch `target` (http://host:port) to recommendation `rec_id`'s layout and mark it
     applied. Where the server already runs it, nothing is switched (a switch restarts the
     workers) and `unchanged` is True. Returns {recommendation, target, layout, prefill_share,
     chunked_prefill_tokens, switch (the server's history entry, None when unchanged),
-    applied_s, kept (what a live switch cannot change), unchanged}."""
+    applied_s, kept (what a live switch cannot change), unchanged, took_over (the lease holder
+    `force` went past, or None)}. AdminError 'held' while another controller holds the
+    server's lease and `force` is not given."""
     rec = load_recommendation(store, rec_id)
     d = rec.deployment
     admin = AdminClient(target, token, switch_timeout_s=timeout_s)
@@ -31,6 +35,7 @@ def apply_recommendation(store, rec_id: int, target: str, token: str, actor: str
     if before.get("switching"):  # reachable, token good, and not busy: before switching
         raise AdminError("busy", f"{admin.url}: a layout switch is already in progress; nothing "
                          f"was changed, try again")
+    lease = before.get("lease") or {}
     reason = f"recommendation {rec.id}"
     if runs(d, before):  # a switch to what runs would restart its workers for nothing
         now = before
@@ -39,8 +44,13 @@ def apply_recommendation(store, rec_id: int, target: str, token: str, actor: str
                 "prefill_share": now.get("prefill_share"),
                 "chunked_prefill_tokens": now.get("chunked_prefill_tokens"), "switch": None,
                 "applied_s": time.time(), "actor": actor, "reason": reason,
-                "kept": kept_by_live_switch(d), "unchanged": True}
-    entry = admin.switch(layout_body(d), actor, reason)
+                "kept": kept_by_live_switch(d), "unchanged": True, "took_over": None}
+    try:
+        entry = admin.switch(layout_body(d), actor, reason, force=force)
+    except AdminError as exc:
+        if exc.kind == "held":
+            raise AdminError("held", f"{exc}; nothing was changed") from None
+        raise
     now = admin.layout()
     if now.get("layout") != d.layout:
         raise AdminError("failed", f"{admin.url} reports layout {now.get('layout')!r} after "
@@ -52,7 +62,8 @@ def apply_recommendation(store, rec_id: int, target: str, token: str, actor: str
             "prefill_share": now.get("prefill_share"),
             "chunked_prefill_tokens": now.get("chunked_prefill_tokens"),
             "switch": entry, "applied_s": applied_s, "actor": actor, "reason": reason,
-            "kept": kept_by_live_switch(d), "unchanged": False}
+            "kept": kept_by_live_switch(d), "unchanged": False,
+            "took_over": lease.get("holder") if force and lease.get("held") else None}
 
 
 def kept_by_live_switch(d) -> list[str]:

@@ -44,7 +44,7 @@ class Admission:
         if in_flight >= self.max_in_flight:
             raise ApiError(f"server overloaded: {in_flight} requests in flight, the limit is "
                            f"{self.max_in_flight} (--max-num-seqs + --max-queue)", None, 429,
-                           "rate_limit_error",
+                           "rate_limit_error", code="max_in_flight",
                            retry_after_s=max(1, math.ceil(self.interval_s or 1.0)))
         if self.max_queue_wait_s is None or waiting == 0:
             return
@@ -53,4 +53,5 @@ class Admission:
             raise ApiError(f"server overloaded: {waiting} requests wait for a first token, a "
                            f"predicted {wait:.1f} s; the limit is {self.max_queue_wait_s:g} s "
                            f"(--max-queue-wait)", None, 429, "rate_limit_error",
+                           code="max_queue_wait",
                            retry_after_s=max(1, math.ceil(wait - self.max_queue_wait_s)))

@@ -11,6 +11,8 @@ from aiohttp import web
 
 from gpuprobe.server import admin
 from gpuprobe.server import openai_api as oa
+from gpuprobe.server.lease import MAX_HOLDER_CHARS, Lease, LeaseError, text_field
+from gpuprobe.server.lease_api import LeaseRoutes, lease_error, takeover_message
 from gpuprobe.server.options import LayoutConfig
 from gpuprobe.server.request_state import Tracked
 from gpuprobe.server.streaming import collect, stream
@@ -44,9 +46,10 @@ async def _json_body(request: web.Request):
 class ServerApp:
     """Holds the front's state; `app` is the aiohttp Application."""
 
-    def __init__(self, model, router, metrics, admin_token: str | None):
+    def __init__(self, model, router, metrics, admin_token: str | None, lease: Lease | None = None):
         self.model, self.router, self.metrics = model, router, metrics
         self._token = admin_token
+        self.lease = lease or Lease()
         self.app = web.Application(client_max_size=64 << 20)
         self.app.add_routes([
             web.post("/v1/completions", self.completions),
@@ -59,6 +62,8 @@ class ServerApp:
             web.post("/admin/layout", self.post_layout),
             web.get("/admin/workers", self.workers),
         ])
+        self.app.add_routes(LeaseRoutes(self.lease, self._denied,
+                                        router.telemetry.add_event).routes())
 
     # ---- OpenAI API ---------------------------------------------------------------------
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -84,7 +89,9 @@ class ServerApp:
             t = Tracked(rid, req, arrival_s)
             self.router.submit(t)
         except oa.ApiError as exc:
-            self.router.reject(rid, arrival_s, exc, len(req.prompt_token_ids) if req else None)
+            self.router.reject(rid, arrival_s, exc,
+                               len(req.prompt_token_ids) if req else exc.prompt_tokens,
+                               req.max_tokens if req else None)
             return _error(exc)
         if req.stream:
             return await stream(request, t, self.router, self.model)
@@ -129,7 +136,11 @@ class ServerApp:
         return web.json_response({"status": "ok", "layout": active.name})
 
     async def prom(self, request: web.Request) -> web.Response:
-        self.metrics.set_queue(*self.router.counts())
+        running, waiting = self.router.counts()
+        self.metrics.set_queue(running, waiting)
+        self.metrics.set_predicted_wait(self.router.admission.predicted_wait_s(waiting))
+        self.metrics.set_telemetry(self.router.telemetry.num_pending(),
+                                   self.router.telemetry.num_dropped)
         return web.Response(body=self.metrics.exposition(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
@@ -155,7 +166,8 @@ class ServerApp:
             "num_prefill": cfg.num_prefill if split else None,
             "num_decode": cfg.num_decode if split else None,
             "workers": ("remote" if cfg.remote else "local") if cfg else None,
-            "switching": self.router.switching, "history": self.router.history})
+            "switching": self.router.switching, "history": self.router.history,
+            "lease": self.lease.view()})
 
     async def post_layout(self, request: web.Request) -> web.Response:
         if (denied := self._denied(request)) is not None:
@@ -164,8 +176,11 @@ class ServerApp:
             body = await _json_body(request)
             cfg = _layout_config(body, self.router.active, self.router.opts)
             actor, reason = _who(body)
+            holder, force = _claim(body)
         except oa.ApiError as exc:
             return _error(exc)
+        except LeaseError as exc:
+            return lease_error(exc)
         active = self.router.active
         if cfg.remote and active is not None and active.remote:
             return web.json_response({"error": {"message": "the front already runs on its "
@@ -177,7 +192,17 @@ class ServerApp:
             return web.json_response({"error": {"message": "a layout switch is already in progress",
                                                 "type": "conflict_error"}}, status=409)
         try:
-            entry = await self.router.switch(cfg, actor=actor, reason=reason)
+            taken = self.lease.check_change(holder, force, actor)
+        except LeaseError as exc:
+            return lease_error(exc, self.lease.view())
+        detail = None
+        if taken is not None:
+            self.router.telemetry.add_event("lease_takeover", takeover_message(
+                holder or actor, taken, "forced a layout change"))
+            detail = {"forced_over": {"holder": taken.holder, "purpose": taken.purpose,
+                                      "expires_s": taken.expires_s}}
+        try:
+            entry = await self.router.switch(cfg, actor=actor, reason=reason, detail=detail)
         except RuntimeError as exc:
             return web.json_response({"error": {"message": str(exc), "type": "server_error"}},
                                      status=500)
@@ -201,8 +226,19 @@ def _who(body: dict) -> tuple[str, str]:
     return actor, reason
 
 
+def _claim(body: dict) -> tuple[str | None, bool]:
+    """(the lease holder the change comes from, None for none; whether it forces its way past
+    another's lease)."""
+    holder, force = body.get("holder"), body.get("force", False)
+    if holder is not None:
+        text_field("holder", holder, MAX_HOLDER_CHARS, required=True)
+    if not isinstance(force, bool):
+        raise LeaseError("'force' must be true or false", 400, "force")
+    return holder, force
+
+
 LAYOUT_FIELDS = ("layout", "prefill_share", "chunked_prefill_tokens", "num_prefill",
-                 "num_decode", "workers", "actor", "reason")
+                 "num_decode", "workers", "actor", "reason", "holder", "force")
 
 
 def _workers(body: dict, opts) -> tuple[bool, int, int]:

@@ -91,13 +91,46 @@ class ServerMetrics:
         self._queue = Histogram("vllm:request_queue_time_seconds", "Histogram of time spent in "
                                 "WAITING phase for request.", labels, buckets=_E2E_BUCKETS,
                                 registry=r)
+        # Load as it comes: every arrival, every refusal by reason, the admission's predicted
+        # wait; and the telemetry's rows held for the store or lost (issue 52).
+        self._arrived = Counter("gpuprobe_requests_arrived", "Requests that reached the "
+                                "server, refused ones included", labels, registry=r)
+        self._refused = Counter("gpuprobe_requests_refused", "Requests refused before they ran, "
+                                "by reason (context_length_exceeded, max_in_flight, "
+                                "max_queue_wait, ...)", ["model_name", "reason"], registry=r)
+        self._wait = Gauge("gpuprobe_queue_predicted_wait_seconds", "Predicted wait for a first "
+                           "token of a request arriving now (admission's estimate)", labels,
+                           registry=r)
+        self._pending = Gauge("gpuprobe_telemetry_pending_rows", "Rows held in memory for the "
+                              "store (it is busy, or the next flush is due)", labels, registry=r)
+        self._dropped = Counter("gpuprobe_telemetry_dropped_rows", "Rows that never reached "
+                                "the store, by table", ["model_name", "table"], registry=r)
+        self._dropped_seen: dict[str, int] = {}
         self._m = model_name
         for reason in FINISHED_REASONS:  # vLLM exposes every reason from the start, at 0
             self._success.labels(model_name, reason)
+        # and its counters and histograms: a scraper then has a first reading to take a rate or
+        # a windowed percentile from (the agent takes none from a series that first shows up
+        # already counted)
+        for metric in (self._prompt, self._gen, self._arrived, self._ttft, self._itl, self._e2e,
+                       self._iter, self._req_prompt, self._req_gen, self._queue):
+            metric.labels(model_name)
 
     def set_queue(self, running: int, waiting: int) -> None:
         self._running.labels(self._m).set(running)
         self._waiting.labels(self._m).set(waiting)
+
+    def set_predicted_wait(self, seconds: float) -> None:
+        self._wait.labels(self._m).set(seconds)
+
+    def set_telemetry(self, num_pending: int, num_dropped: dict[str, int]) -> None:
+        """The telemetry writer's figures, read at each scrape."""
+        self._pending.labels(self._m).set(num_pending)
+        for table, n in num_dropped.items():
+            counter = self._dropped.labels(self._m, table)
+            if n > self._dropped_seen.get(table, 0):
+                counter.inc(n - self._dropped_seen.get(table, 0))
+                self._dropped_seen[table] = n
 
     def set_kv_usage(self, fraction: float) -> None:
         self._kv.labels(self._m).set(fraction)
@@ -139,9 +172,14 @@ class ServerMetrics:
         if record["queue_s"] is not None:
             self._queue.labels(self._m).observe(record["queue_s"])
 
-    def on_rejected(self, status: str) -> None:
-        """A request refused before it ran (http_400, http_429, ...): counted by status only."""
+    def on_arrival(self) -> None:
+        self._arrived.labels(self._m).inc()
+
+    def on_rejected(self, status: str, reason: str) -> None:
+        """A request refused before it ran (http_400, http_429, ...): counted by status among
+        the finished and by reason among the refused."""
         self._finished.labels(self._m, status).inc()
+        self._refused.labels(self._m, reason).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")  # what the chat templates render
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # OpenAI's code for a prompt too long
+# A refused request's reason (store, /metrics): its error code, else one per HTTP status.
+_REASON_BY_STATUS = {400: "invalid_request", 404: "model_not_found", 413: "body_too_large",
+                     429: "overloaded", 503: "unavailable"}
 
 
 class ApiError(Exception):
@@ -19,10 +23,17 @@ class ApiError(Exception):
 
     def __init__(self, message: str, param: str | None = None, status: int = 400,
                  kind: str = "invalid_request_error", code: str | None = None,
-                 retry_after_s: int | None = None):
+                 retry_after_s: int | None = None, prompt_tokens: int | None = None):
         super().__init__(message)
         self.param, self.status, self.kind, self.code = param, status, kind, code
         self.retry_after_s = retry_after_s  # a 429's Retry-After
+        self.prompt_tokens = prompt_tokens  # a prompt too long, tokenised: its length (load)
+
+    @property
+    def reason(self) -> str:
+        """Why the request was refused, one word: the error code where there is one
+        (context_length_exceeded, max_in_flight, ...), else by status (invalid_request, ...)."""
+        return self.code or _REASON_BY_STATUS.get(self.status, f"http_{self.status}")
 
     def body(self) -> dict:
         return {"error": {"message": str(self), "type": self.kind, "param": self.param,
@@ -85,14 +96,16 @@ def _common(body: Any, kind: str, prompt_ids: list[int], max_context: int,
         if len(prompt_ids) >= max_context:
             raise ApiError(f"this model's maximum context length is {max_context} tokens; the "
                            f"prompt alone has {len(prompt_ids)}, leaving no room for a "
-                           f"completion", prompt_param)
+                           f"completion", prompt_param, code=CONTEXT_LENGTH_EXCEEDED,
+                           prompt_tokens=len(prompt_ids))
         max_tokens = min(default_max_tokens, max_context - len(prompt_ids))
     if max_tokens < 1:
         raise ApiError(f"'max_tokens' must be >= 1, got {max_tokens}", "max_tokens")
     if len(prompt_ids) + max_tokens > max_context:
         raise ApiError(f"this model's maximum context length is {max_context} tokens; the "
                        f"prompt has {len(prompt_ids)} and max_tokens is {max_tokens}",
-                       "max_tokens" if len(prompt_ids) < max_context else prompt_param)
+                       "max_tokens" if len(prompt_ids) < max_context else prompt_param,
+                       code=CONTEXT_LENGTH_EXCEEDED, prompt_tokens=len(prompt_ids))
     if _get(body, "n", (int,), 1) != 1:
         raise ApiError("'n' must be 1: this server returns one choice per request (vLLM "
                        "supports n > 1, gpuprobe's reference server does not)", "n")
@@ -137,7 +150,7 @@ def _check_bytes(texts: list[str], max_bytes: int | None, max_context: int, para
     if size > max_bytes:
         raise ApiError(f"this model's maximum context length is {max_context} tokens; the "
                        f"prompt's {size} bytes of text are more than that many tokens can hold "
-                       f"({max_bytes} bytes)", param)
+                       f"({max_bytes} bytes)", param, code=CONTEXT_LENGTH_EXCEEDED)
 
 
 def parse_completion(body: Any, encode: Callable[[str], list[int]], vocab_size: int,

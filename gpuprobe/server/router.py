@@ -49,8 +49,10 @@ class Router:
         """A switch (admin or replacement) holds the lock until its new layout is active."""
         return self._lock.locked()
 
-    async def switch(self, cfg: LayoutConfig, actor: str = "admin", reason: str = "") -> dict:
-        """Make `cfg` the active layout; returns the history entry. Raises if it fails to start."""
+    async def switch(self, cfg: LayoutConfig, actor: str = "admin", reason: str = "",
+                     detail: dict | None = None) -> dict:
+        """Make `cfg` the active layout; returns the history entry. Raises if it fails to start.
+        detail: more for the layout event's detail (a forced change: whose lease it ended)."""
         async with self._lock:
             t0 = time.time()
             old = self.active
@@ -63,7 +65,8 @@ class Router:
                 status, error = "ok", None
             except Exception as exc:  # noqa: BLE001 - any start failure is a failed switch
                 status, error = "failed", str(exc).splitlines()[0]
-            entry = self._record(t0, old.cfg if old else None, cfg, status, actor, reason, error)
+            entry = self._record(t0, old.cfg if old else None, cfg, status, actor, reason, error,
+                                 detail)
             if status != "ok":
                 raise RuntimeError(f"layout {cfg.layout} failed to start: {error}")
             self.active = new
@@ -95,7 +98,7 @@ class Router:
     def _share(self, cfg: LayoutConfig) -> float | None:
         return None if cfg.layout == "monolithic" else cfg.prefill_share
 
-    def _record(self, t0, old_cfg, cfg, status, actor, reason, error) -> dict:
+    def _record(self, t0, old_cfg, cfg, status, actor, reason, error, detail=None) -> dict:
         entry = {"ts_s": t0, "from": old_cfg.layout if old_cfg else None, "to": cfg.layout,
                  "prefill_share": self._share(cfg),
                  "chunked_prefill_tokens": cfg.chunked_prefill_tokens,
@@ -108,7 +111,8 @@ class Router:
             "from_layout": entry["from"], "to_layout": cfg.layout,
             "prefill_share": entry["prefill_share"], "actor": actor, "reason": reason or None,
             "status": status, "detail": {"duration_s": entry["duration_s"], "error": error,
-                                         "chunked_prefill_tokens": cfg.chunked_prefill_tokens}})
+                                         "chunked_prefill_tokens": cfg.chunked_prefill_tokens,
+                                         **(detail or {})}})
         log.info("layout %s -> %s: %s in %.2fs", entry["from"], cfg.layout, status,
                  entry["duration_s"])
         return entry
@@ -145,19 +149,33 @@ class Router:
         is over max_queue_wait_s."""
         if self.closing:
             raise ApiError("server is shutting down", None, 503, "server_error")
-        self.admission.check(len(self.requests), self.counts()[1])
+        waiting = self.counts()[1]
+        self.admission.check(len(self.requests), waiting)
+        self._arrived(t.rid, t.arrival_s, len(t.req.prompt_token_ids), t.req.max_tokens,
+                      "admitted", None, waiting)
         self.requests[t.wid] = t
         self._dispatch(t)
 
     def reject(self, rid: str, arrival_s: float, exc: ApiError,
-               prompt_tokens: int | None = None) -> None:
+               prompt_tokens: int | None = None, max_tokens: int | None = None) -> None:
         """Record a refused request (bad body, unknown model, overload) in the store, with
-        status http_<code> as the tap records refusals, and count it on /metrics."""
+        status http_<code> as the tap records refusals, and count it on /metrics by reason."""
         status = f"http_{exc.status}"
         self.telemetry.add_request(tm.rejected_record(
             self.run_id, self.host, self.metrics.model_name, rid, arrival_s=arrival_s,
             prompt_tokens=prompt_tokens, finish_s=time.time(), status=status, error=str(exc)))
-        self.metrics.on_rejected(status)
+        self._arrived(rid, arrival_s, prompt_tokens, max_tokens, status, exc.reason,
+                      self.counts()[1])
+        self.metrics.on_rejected(status, exc.reason)
+
+    def _arrived(self, rid, arrival_s, prompt_tokens, max_tokens, status, reason,
+                 waiting) -> None:
+        """An arrivals row now, so load shows before any request finishes."""
+        self.telemetry.add_arrival(tm.arrival_record(
+            self.run_id, self.host, rid, arrival_s=arrival_s, prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens, status=status, reason=reason,
+            num_in_flight=len(self.requests), num_waiting=waiting))
+        self.metrics.on_arrival()
 
     def _dispatch(self, t: Tracked) -> None:
         """To the least loaded entry worker (and, cross, decode worker) of the active layout;

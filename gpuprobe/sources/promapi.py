@@ -74,8 +74,14 @@ class PromApi:
         """A range query: [(labels, ts_s, values), ...], step_s raised so that no series has
         more points than Prometheus allows."""
         step_s = max(step_s, (end_s - start_s) / (MAX_POINTS_PER_SERIES - 1), 0.001)
+        # The step goes in milliseconds: rounded up, n of them overshoot an end that is n
+        # steps from the start (a range cut into 6 buckets of span/6), and Prometheus left the
+        # last point out (the report lost the phase its range ended in). The end moves by that
+        # rounding, never by a step.
+        sent = round(step_s, 3)
+        end_s += max(0.0, sent - step_s) * ((end_s - start_s) / step_s + 1) + 0.0005
         data = self._get("/api/v1/query_range", [("query", expr), ("start", f"{start_s:.3f}"),
-                                                  ("end", f"{end_s:.3f}"), ("step", f"{step_s:.3f}")])
+                                                  ("end", f"{end_s:.3f}"), ("step", f"{sent:.3f}")])
         out = []
         with self._shape("/api/v1/query_range"):
             for r in data.get("result", []):

@@ -1,5 +1,5 @@
-"""Decision records: recommendations, forecasts, validate results, the autopilot's audit log
-and its lock. Plain dicts in (keys are the column names; JSON columns take dicts or lists),
+"""Decision records: recommendations, forecasts, validate results, the autopilot's audit log.
+Plain dicts in (keys are the column names; JSON columns take dicts or lists),
 DataFrames out. Recommendations and decisions are written once; the only later writes are a
 recommendation's `applied_s`/`applied_target` and a decision's `outcome`, each a single field
 set once by the command that learns it.
@@ -7,14 +7,11 @@ set once by the command that learns it.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from gpuprobe.errors import StoreError
 from gpuprobe.store.records import _JSON_COLUMNS, _row
 
 RECOMMENDATION_COLUMNS = (
@@ -30,7 +27,6 @@ VALIDATION_COLUMNS = ("created_s", "host", "workload", "model", "device", "profi
 DECISION_COLUMNS = ("ts_s", "host", "target", "window_start_s", "window_end_s", "current_layout",
                     "chosen_layout", "params", "action", "reason", "forecast", "candidates",
                     "predicted", "recommendation_id", "outcome", "outcome_s")
-LOCK_STALE_S = 120.0  # a holder that has not beaten its heartbeat for this long is gone
 
 
 class DecisionTables:
@@ -89,52 +85,6 @@ class DecisionTables:
 
     def decisions(self, target: str | None = None, since_s: float | None = None) -> pd.DataFrame:
         return self._select("decisions", {"target": target}, "ts_s", since_s, "ts_s")
-
-    # locks: one holder per name (the autopilot takes "autopilot:<target>")
-    def acquire_lock(self, name: str, stale_s: float = LOCK_STALE_S) -> None:
-        """Take `name` for this host and pid, or raise StoreError naming the holder. A lock
-        whose holder has not renewed it for `stale_s`, or whose pid on this host is gone, is
-        taken over."""
-        host, pid, now = socket.gethostname(), os.getpid(), time.time()
-
-        def take():
-            row = self._conn.execute("SELECT holder_host, holder_pid, heartbeat_s FROM locks "
-                                     "WHERE name = ?", (name,)).fetchone()
-            if row and (row[0], row[1]) != (host, pid) and not _gone(row, host, now, stale_s):
-                return f"{name} is held by pid {row[1]} on {row[0]} (renewed {now - row[2]:.0f} s ago)"
-            self._conn.execute("INSERT OR REPLACE INTO locks VALUES (?,?,?,?,?)",
-                               (name, host, pid, now, now))
-            return None
-        held = self._write(take)
-        if held:
-            raise StoreError(held)
-
-    def renew_lock(self, name: str) -> None:
-        self._write(lambda: self._conn.execute(
-            "UPDATE locks SET heartbeat_s = ? WHERE name = ? AND holder_host = ? AND holder_pid = ?",
-            (time.time(), name, socket.gethostname(), os.getpid())))
-
-    def release_lock(self, name: str) -> None:
-        self._write(lambda: self._conn.execute(
-            "DELETE FROM locks WHERE name = ? AND holder_host = ? AND holder_pid = ?",
-            (name, socket.gethostname(), os.getpid())))
-
-    def locks(self) -> pd.DataFrame:
-        return self._read("SELECT * FROM locks ORDER BY name")
-
-
-def _gone(row: tuple, host: str, now: float, stale_s: float) -> bool:
-    holder_host, holder_pid, heartbeat_s = row
-    if now - heartbeat_s > stale_s:
-        return True
-    if holder_host == host:
-        try:
-            os.kill(int(holder_pid), 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-    return False
 
 
 def _decode(row: dict) -> dict:

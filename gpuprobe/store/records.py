@@ -26,10 +26,12 @@ STEP_COLUMNS = (
 LAYOUT_EVENT_COLUMNS = ("ts_s", "host", "run_id", "from_layout", "to_layout", "prefill_share",
                         "actor", "reason", "status", "detail")
 EVENT_COLUMNS = ("ts_s", "host", "source", "device", "kind", "message")
+ARRIVAL_COLUMNS = ("run_id", "source", "host", "request_id", "arrival_s", "prompt_tokens",
+                   "max_tokens", "status", "reason", "num_in_flight", "num_waiting")
 _JSON_COLUMNS = {"token_times", "detail", "slo", "evidence", "params", "candidates", "reasons",
                  "body", "forecast", "predicted", "outcome"}
 # Values for NOT NULL columns a record leaves out.
-_DEFAULTS = {"host": "", "run_id": "", "status": "ok", "detail": "{}", "slo": "{}", "evidence": "{}",
+_DEFAULTS = {"host": "", "run_id": "", "device": "", "status": "ok", "detail": "{}", "slo": "{}", "evidence": "{}",
              "params": "{}", "candidates": "[]", "reasons": "[]", "body": "{}", "forecast": "{}",
              "predicted": "{}"}
 
@@ -74,6 +76,15 @@ class RecordTables:
                  since_s: float | None = None) -> pd.DataFrame:
         """Columns: REQUEST_COLUMNS plus pk; times in seconds, token_times a JSON list."""
         return self._select("requests", {"run_id": run_id, "source": source}, "arrival_s", since_s, "arrival_s")
+
+    # arrivals: one per request reaching the reference server, written as it arrives
+    def insert_arrivals(self, records: Iterable[Mapping[str, Any]]) -> int:
+        return self._insert("arrivals", ARRIVAL_COLUMNS, records)
+
+    def arrivals(self, run_id: str | None = None, since_s: float | None = None) -> pd.DataFrame:
+        """Columns: ARRIVAL_COLUMNS plus pk; status 'admitted' or http_<code> (refused, with
+        `reason`); num_in_flight / num_waiting: what the server held when it arrived."""
+        return self._select("arrivals", {"run_id": run_id}, "arrival_s", since_s, "arrival_s")
 
     # steps: one per engine step of the reference server
     def insert_steps(self, records: Iterable[Mapping[str, Any]]) -> int:

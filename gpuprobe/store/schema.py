@@ -180,6 +180,23 @@ _V6 = """
 ALTER TABLE requests ADD COLUMN kv_xfer_s REAL;
 """
 
+# Version 7: the reference server's arrivals, one row per request when it arrives (admitted,
+# or refused with the reason: context_length_exceeded, max_in_flight, ...), with what the
+# server held then. `requests` gets a request's row only when it ends, so a backlog was
+# invisible there until it cleared; here load shows as it comes. The `locks` table goes.
+_V7 = """
+CREATE TABLE arrivals (
+    pk INTEGER PRIMARY KEY, run_id TEXT NOT NULL DEFAULT '', source TEXT NOT NULL,
+    host TEXT NOT NULL DEFAULT '', request_id TEXT NOT NULL, arrival_s REAL NOT NULL,
+    prompt_tokens INTEGER, max_tokens INTEGER, status TEXT NOT NULL, reason TEXT,
+    num_in_flight INTEGER, num_waiting INTEGER
+);
+CREATE INDEX arrivals_by_time ON arrivals (arrival_s);
+-- the autopilot's store lock made one controller per store, not per server: the server's
+-- controller lease (/admin/lease) replaces it
+DROP TABLE locks;
+"""
+
 ROLLUP_S = 10.0
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -31,7 +31,9 @@ def add_arguments(p) -> None:
     p.add_argument("--scrape", metavar="URL", type=http_url, action="append",
                    help="engine /metrics URL (repeatable)")
     p.add_argument("--metrics-port", type=port, help="port of the agent's /metrics (default 9400; 0 picks a free one)")
-    p.add_argument("--metrics-addr", help="address of the agent's /metrics (default 0.0.0.0)")
+    p.add_argument("--listen", metavar="ADDR",
+                   help="address of the agent's /metrics (default 127.0.0.1, this host only; "
+                        "0.0.0.0 or a NIC's address for a Prometheus on another host)")
     p.add_argument("--no-metrics", action="store_true", help="serve no /metrics")
     for name, default in (("nvml", 1), ("gpm", 1), ("proc", 5), ("host", 1), ("scrape", 5)):
         p.add_argument(f"--interval-{name}", type=nonneg_float, metavar="S",
@@ -61,7 +63,7 @@ def run(args) -> int:
 
     overrides = {
         "store": args.store, "scrape": args.scrape, "metrics_port": args.metrics_port,
-        "metrics_addr": args.metrics_addr, "process_pattern": args.process_pattern, "pids": args.pid,
+        "listen": args.listen, "process_pattern": args.process_pattern, "pids": args.pid,
         "flush_interval": args.flush_interval, "max_buffer_samples": args.max_buffer,
         "duration": args.duration,
         **{f"interval_{n}": getattr(args, f"interval_{n}") for n in ("nvml", "gpm", "proc", "host", "scrape")},

@@ -17,6 +17,9 @@ def add_arguments(p) -> None:
                    help="the reference server, e.g. http://127.0.0.1:8000")
     p.add_argument("--admin-token-file", default=None, metavar="FILE",
                    help="file holding the server's admin token (default: $GPUPROBE_ADMIN_TOKEN)")
+    p.add_argument("--force", action="store_true",
+                   help="switch even while another controller (an autopilot) holds the server's "
+                        "lease: that lease ends, the autopilot stops, the server records the takeover")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -30,7 +33,8 @@ def run(args) -> int:
     if token is None:
         raise UserError(f"no admin token: give --admin-token-file FILE or set ${ENV_VAR}")
     with Store.open(args.store, create=False) as store:
-        out = apply_recommendation(store, args.recommendation, args.target, token)
+        out = apply_recommendation(store, args.recommendation, args.target, token,
+                                   force=args.force)
     if args.json:
         print(json.dumps(out, default=float))
         return 0
@@ -44,6 +48,8 @@ def run(args) -> int:
         print(f"{out['target']} now runs {out['layout']}{share}{chunk} (switched in "
               f"{out['switch'].get('duration_s', 0):.2f} s; layout event by {out['actor']}: "
               f"{out['reason']}); recommendation {out['recommendation']} marked applied")
+    if out.get("took_over"):
+        print(f"took the server over from {out['took_over']}, whose lease ended (--force)")
     for item in out["kept"]:
         print(f"not changed by a live switch: {item}")
     return 0
