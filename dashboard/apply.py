@@ -1,7 +1,7 @@
 """Apply a recommendation to a running reference server from the dashboard (no Streamlit).
 
 The one call the Recommend page makes; the switch itself is `gpuprobe apply`'s
-(`gpuprobe.decide.apply.apply_recommendation`: POST /admin/layout, confirm, mark the
+(`gpuprobe.deploy.apply.apply_recommendation`: POST /admin/layout, confirm, mark the
 recommendation applied). A malformed URL or an empty token is a UserError; a wrong token, an
 unreachable server, a switch in progress or another controller's lease (an autopilot's,
 named with its expiry) an AdminError: one line each, nothing changed. `force` takes the
@@ -9,9 +9,9 @@ server over from that controller, as `gpuprobe apply --force` does.
 """
 from __future__ import annotations
 
-from gpuprobe.decide.admin_client import AdminError
-from gpuprobe.decide.apply import apply_recommendation
-from gpuprobe.decide.drift import running_words
+from gpuprobe.deploy.admin_client import AdminError
+from gpuprobe.deploy.apply import apply_recommendation
+from gpuprobe.deploy.drift import running_words
 from gpuprobe.errors import GpuprobeError, UserError
 from gpuprobe.store import Store
 

@@ -2,7 +2,7 @@
 plan`'s builders (they run nothing)."""
 from __future__ import annotations
 
-from gpuprobe.decide.plans import ENGINES, build_plan, render
+from gpuprobe.deploy.plans import ENGINES, build_plan, render
 from gpuprobe.decide.recommendation import Recommendation
 
 SHOWN_AFTER = ("README.md", "plan.json")  # the page shows the commands and the files they need

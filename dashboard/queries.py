@@ -170,7 +170,7 @@ def answer(store, rec_id: int) -> dict:
     {rec, answer, drift}."""
     from gpuprobe.decide.answer import answer as words
     from gpuprobe.decide.validate_evidence import last_validation
-    from gpuprobe.decide.drift import drift_warning
+    from gpuprobe.deploy.drift import drift_warning
     rec = load_recommendation(store, rec_id)
     return {"rec": rec, "answer": words(rec, last_validation(store, rec.workload_name)),
             "drift": drift_warning(rec, _current_layout(store))}

@@ -13,7 +13,7 @@ import pytest
 
 from gpuprobe.cli.main import main
 from gpuprobe.decide.answer import answer, slo_words
-from gpuprobe.decide.drift import drift_warning, runs
+from gpuprobe.deploy.drift import drift_warning, runs
 from gpuprobe.decide.prices import device_price
 from gpuprobe.decide.recommendation import Confidence, Deployment, Recommendation
 from gpuprobe.decide.slo import parse_slo

@@ -21,9 +21,9 @@ from test_server_api import stream_completion
 from waiting import wait_for
 
 from gpuprobe.cli.main import main
-from gpuprobe.decide.admin_client import AdminError
-from gpuprobe.decide.apply import apply_recommendation
-from gpuprobe.decide.check import check_recommendation, check_text
+from gpuprobe.deploy.admin_client import AdminError
+from gpuprobe.deploy.apply import apply_recommendation
+from gpuprobe.deploy.check import check_recommendation, check_text
 from gpuprobe.errors import UserError
 from gpuprobe.server.kv_transfer import free_port
 from gpuprobe.server.launch import start_server
@@ -321,7 +321,7 @@ def _events(db):
 
 def test_the_dashboards_apply_names_the_holder_and_takes_over_only_when_asked(server):
     from gpuprobe.dashboard.apply import apply
-    from gpuprobe.decide.admin_client import AdminClient
+    from gpuprobe.deploy.admin_client import AdminClient
     srv, db, tmp = server
     admin = AdminClient(srv.url, TOKEN)
     admin.acquire_lease("someone@elsewhere:7", "tuning by hand", ttl_s=120)

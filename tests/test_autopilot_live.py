@@ -32,7 +32,7 @@ from waiting import wait_for
 from gpuprobe.autopilot.inputs import parse_slo, predict
 from gpuprobe.autopilot.loop import Autopilot, AutopilotConfig
 from gpuprobe.autopilot.policy import PolicyConfig
-from gpuprobe.decide.admin_client import AdminClient
+from gpuprobe.deploy.admin_client import AdminClient
 from gpuprobe.perf.roofline import roofline_profile
 from gpuprobe.server.launch import start_server
 from gpuprobe.store import Store

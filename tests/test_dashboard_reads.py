@@ -15,7 +15,7 @@ from gpuprobe.collectors import config
 from gpuprobe.collectors.agent import Agent
 from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.apply import apply
-from gpuprobe.decide.admin_client import AdminError
+from gpuprobe.deploy.admin_client import AdminError
 from gpuprobe.errors import UserError
 from gpuprobe.store import Sample, Store
 from gpuprobe.store.reads import data_version, request_buckets, request_span, sample_span

@@ -94,8 +94,8 @@ def test_pages_say_recommend_json_answer_and_warn_after_a_switch_by_hand(demo, t
     sync_api = pytest.importorskip("playwright.sync_api")
     from test_dashboard_browser import CHROMIUM, start_dashboard, wait_healthy
 
-    from gpuprobe.decide.admin_client import AdminClient
-    from gpuprobe.decide.apply import apply_recommendation
+    from gpuprobe.deploy.admin_client import AdminClient
+    from gpuprobe.deploy.apply import apply_recommendation
     from gpuprobe.decide.recommendation import latest_recommendation
     from gpuprobe.demo.common import QUICK
     from gpuprobe.demo.stages import recommend_argv

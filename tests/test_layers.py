@@ -38,7 +38,7 @@ def diagram_floors(text: str) -> list[list[str]]:
 
 def packages() -> set[str]:
     """Every package of the three trees as the diagram names it (gpuprobe's own left off:
-    `decide`, `decide.plans`, `collectors`, `dashboard.views`)."""
+    `decide`, `deploy.plans`, `collectors`, `dashboard.views`)."""
     out = set()
     for folder in FOLDERS:
         for init in (ROOT / folder).rglob("__init__.py"):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprobe.decide.plans import build_plan, render
-from gpuprobe.decide.plans.plan import Process
+from gpuprobe.deploy.plans import build_plan, render
+from gpuprobe.deploy.plans.plan import Process
 from gpuprobe.decide.recommendation import Deployment, Recommendation
 
 TABLE = json.loads((Path(__file__).parent / "fixtures" / "engine_flags.json").read_text())

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprobe.decide.plans import build_plan
-from gpuprobe.decide.plans import vllm as vllm_plan
+from gpuprobe.deploy.plans import build_plan
+from gpuprobe.deploy.plans import vllm as vllm_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_plan_flags import TARGETS  # noqa: E402  the same layouts the allowlist test covers

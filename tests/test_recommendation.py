@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuprobe.decide.admin_client import AdminClient, AdminError, layout_body
+from gpuprobe.deploy.admin_client import AdminClient, AdminError, layout_body
 from gpuprobe.decide.decision import DecisionOptions, WhatIf, run_decision
 from gpuprobe.decide.recommendation import (Confidence, Deployment, Recommendation,
                                             latest_recommendation, load_recommendation,

@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 
-from gpuprobe.decide.admin_client import AdminError
+from gpuprobe.deploy.admin_client import AdminError
 
 TTL_S = 60.0  # renewed every 20 s: an autopilot that dies frees its server within a minute
 

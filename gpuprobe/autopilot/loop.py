@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from gpuprobe.autopilot import inputs, outcome
 from gpuprobe.autopilot.lease import LeaseKeeper, holder_name
 from gpuprobe.autopilot.policy import SWITCH, PolicyConfig, PolicyState, after_switch, decide, key, observe
-from gpuprobe.decide.admin_client import AdminClient, AdminError, layout_body
+from gpuprobe.deploy.admin_client import AdminClient, AdminError, layout_body
 from gpuprobe.decide.recommendation import Deployment
 from gpuprobe.errors import GpuprobeError, UserError
 

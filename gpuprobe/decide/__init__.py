@@ -1,4 +1,5 @@
-"""The decision half: which layout to run, with which parameters, how sure, and why.
+"""The decision half: which layout to run, with which parameters, how sure, and why. What
+acts on a decision (engine plans, apply, the post-apply check) is gpuprobe.deploy, above this.
 
 Public API (plain data in and out; the CLI, the fleet, the dashboard, the autopilot and the
 report code against it):
@@ -19,7 +20,6 @@ report code against it):
         latest_recommendation(store, workload), save_recommendation(store, rec)
     from gpuprobe.decide.answer import answer                # the answer in words, for every reader
     from gpuprobe.decide.recommend import recommend          # the search part alone, not stored
-    from gpuprobe.decide.admin_client import AdminClient     # the one /admin/* client
     from gpuprobe.decide.rank import rank                   # the one ranking rule
     from gpuprobe.decide.predict import predict             # the one call into the simulator
 """

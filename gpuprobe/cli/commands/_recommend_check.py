@@ -14,7 +14,7 @@ def add_check_argument(p) -> None:
 
 
 def run_check(args) -> int:
-    from gpuprobe.decide.check import check_recommendation, check_text
+    from gpuprobe.deploy.check import check_recommendation, check_text
     from gpuprobe.store import Store
 
     with Store.open(args.store, read_only=True) as store:

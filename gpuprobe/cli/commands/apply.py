@@ -24,7 +24,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from gpuprobe.decide.apply import apply_recommendation
+    from gpuprobe.deploy.apply import apply_recommendation
     from gpuprobe.errors import UserError
     from gpuprobe.server.admin import ENV_VAR, load_token
     from gpuprobe.store import Store

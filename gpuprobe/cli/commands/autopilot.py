@@ -44,7 +44,7 @@ def run(args) -> int:
     from gpuprobe.autopilot.inputs import parse_slo
     from gpuprobe.autopilot.loop import Autopilot, AutopilotConfig
     from gpuprobe.autopilot.policy import PolicyConfig
-    from gpuprobe.decide.admin_client import AdminClient
+    from gpuprobe.deploy.admin_client import AdminClient
     from gpuprobe.errors import UserError
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.server.admin import load_token

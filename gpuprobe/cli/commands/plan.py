@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from gpuprobe.decide.plans import build_plan, write_plan
+    from gpuprobe.deploy.plans import build_plan, write_plan
     from gpuprobe.decide.recommendation import load_recommendation
     from gpuprobe.errors import UserError
     from gpuprobe.store import Store

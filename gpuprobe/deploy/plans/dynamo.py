@@ -2,9 +2,9 @@
 workers; locally as commands, on Kubernetes as a DynamoGraphDeployment with worker counts."""
 from __future__ import annotations
 
-from gpuprobe.decide.plans import split
-from gpuprobe.decide.plans.plan import Plan, Process
-from gpuprobe.decide.plans.vllm import kv_config
+from gpuprobe.deploy.plans import split
+from gpuprobe.deploy.plans.plan import Plan, Process
+from gpuprobe.deploy.plans.vllm import kv_config
 from gpuprobe.decide.recommendation import Deployment, Recommendation
 
 VERSION = "v1.6.2"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from gpuprobe.decide.admin_client import SWITCH_TIMEOUT_S, AdminClient, AdminError, layout_body
-from gpuprobe.decide.drift import runs
+from gpuprobe.deploy.admin_client import SWITCH_TIMEOUT_S, AdminClient, AdminError, layout_body
+from gpuprobe.deploy.drift import runs
 from gpuprobe.decide.recommendation import load_recommendation
 
 ACTOR = "gpuprobe-apply"  # who the server's layout event names, unless the caller says

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuprobe.decide.plans.plan import Plan, render
+from gpuprobe.deploy.plans.plan import Plan, render
 from gpuprobe.decide.recommendation import Recommendation
 
 ENGINES = ("vllm", "sglang", "dynamo", "gpuprobe")
@@ -13,7 +13,7 @@ DEFAULT_SMS = 132  # H100 SXM and H200
 
 def build_plan(rec: Recommendation, engine: str, model: str, target_url: str = "http://127.0.0.1:8000",
                total_sms: int = DEFAULT_SMS) -> Plan:
-    from gpuprobe.decide.plans import dynamo, reference, sglang, vllm
+    from gpuprobe.deploy.plans import dynamo, reference, sglang, vllm
     if engine == "gpuprobe":
         return reference.build(rec, model, total_sms, target_url)
     builders = {"vllm": vllm.build, "sglang": sglang.build, "dynamo": dynamo.build}

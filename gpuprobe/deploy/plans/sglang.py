@@ -2,8 +2,8 @@
 (`--disaggregation-mode`) with a transfer backend and bootstrap ports, behind the router."""
 from __future__ import annotations
 
-from gpuprobe.decide.plans import split
-from gpuprobe.decide.plans.plan import Plan, Process
+from gpuprobe.deploy.plans import split
+from gpuprobe.deploy.plans.plan import Plan, Process
 from gpuprobe.decide.recommendation import Deployment, Recommendation
 
 VERSION = "v0.5.3"

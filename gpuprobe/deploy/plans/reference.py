@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from gpuprobe import __version__
-from gpuprobe.decide.admin_client import layout_body
-from gpuprobe.decide.apply import ACTOR, kept_by_live_switch
-from gpuprobe.decide.plans import split
-from gpuprobe.decide.plans.plan import Plan, Process
+from gpuprobe.deploy.admin_client import layout_body
+from gpuprobe.deploy.apply import ACTOR, kept_by_live_switch
+from gpuprobe.deploy.plans import split
+from gpuprobe.deploy.plans.plan import Plan, Process
 from gpuprobe.decide.recommendation import Recommendation
 
 SOURCES = ("README.md, section 'Serve' (POST /admin/layout, --admin-token-file) and "

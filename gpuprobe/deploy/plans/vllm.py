@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.decide.plans import split
-from gpuprobe.decide.plans.plan import Plan, Process
+from gpuprobe.deploy.plans import split
+from gpuprobe.deploy.plans.plan import Plan, Process
 from gpuprobe.decide.recommendation import Recommendation
 
 VERSION = "v0.32.0"  # every `vllm serve` line is parsed by this version's own parser in the tests

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from gpuprobe.decide.admin_client import layout_body
+from gpuprobe.deploy.admin_client import layout_body
 
 SHARE_TOLERANCE = 0.01  # shares are sent rounded to 4 places; 1% is the same split
 
