@@ -16,10 +16,10 @@ import time
 import pandas as pd
 
 from gpuprobe.engine.scheduler import SchedulerConfig
-from gpuprobe.perf import sim_engine
+from gpuprobe.sim import engine as sim_engine
 from gpuprobe.perf.roofline import roofline_profile
-from gpuprobe.perf.sim_layouts import LAYOUTS, LayoutConfig
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.sim.layouts import LAYOUTS, LayoutConfig
+from gpuprobe.sim.simulator import simulate
 from gpuprobe.workloads.loading import bundled_trace
 
 

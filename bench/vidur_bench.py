@@ -30,7 +30,7 @@ import pandas as pd
 from sim_bench import config, load_conv
 
 from gpuprobe.perf.roofline import model_shape, roofline_profile
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.sim.simulator import simulate
 
 DRIVER = Path(__file__).with_name("vidur_driver.py")
 INSTALL = "python3 -m venv /tmp/vidur-venv && /tmp/vidur-venv/bin/pip install vidur==0.0.26"

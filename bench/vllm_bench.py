@@ -174,7 +174,7 @@ def stage_replay_half(work: Path) -> dict:
     import pandas as pd
 
     from gpuprobe.perf.metrics import Slo
-    from gpuprobe.perf.predict import predict
+    from gpuprobe.sim.predict import predict
     from gpuprobe.perf.profile import load_profile
     from gpuprobe.store import Store
     from gpuprobe.validate.verdict import compare, measured_summary

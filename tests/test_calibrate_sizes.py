@@ -1,5 +1,5 @@
 """validate calibrates prefills over every prompt length it will replay."""
-from gpuprobe.perf.calibrate import PREFILL_SIZES, prefill_sizes_for
+from gpuprobe.workloads.calibrate import PREFILL_SIZES, prefill_sizes_for
 
 
 def test_short_workloads_keep_the_standard_sweep():
@@ -34,7 +34,7 @@ def test_profile_max_prompt_is_checked_before_any_request():
 
 
 def test_decode_bursts_reach_the_workloads_contexts():
-    from gpuprobe.perf.calibrate import DECODE_PROMPTS, decode_prompts_for
+    from gpuprobe.workloads.calibrate import DECODE_PROMPTS, decode_prompts_for
 
     assert decode_prompts_for([100, 200, 400], 2048) == DECODE_PROMPTS  # Azure-like: as before
     longer = decode_prompts_for([900, 1100, 1800], 2048)
@@ -43,7 +43,7 @@ def test_decode_bursts_reach_the_workloads_contexts():
 
 
 def test_bursts_at_a_long_context_stop_at_a_small_batch():
-    from gpuprobe.perf.calibrate import DECODE_BATCHES, LONG_DECODE_MAX_BATCH, _batches_at
+    from gpuprobe.workloads.calibrate import DECODE_BATCHES, LONG_DECODE_MAX_BATCH, _batches_at
 
     assert _batches_at(320, DECODE_BATCHES) == DECODE_BATCHES
     assert max(_batches_at(1000, DECODE_BATCHES)) == LONG_DECODE_MAX_BATCH

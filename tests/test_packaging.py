@@ -22,7 +22,7 @@ def test_wheel_contents(tmp_path):
                           "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=280)
     assert out.returncode == 0, out.stderr[-2000:]
     names = zipfile.ZipFile(next(tmp_path.glob("gpuprobe-*.whl"))).namelist()
-    for required in ("gpuprobe/perf/simulator.py", "gpuprobe/collectors/agent.py", "gpuprobe/dashboard/__init__.py", "gpuprobe/dashboard/views/live.py",
+    for required in ("gpuprobe/sim/simulator.py", "gpuprobe/collectors/agent.py", "gpuprobe/dashboard/__init__.py", "gpuprobe/dashboard/views/live.py",
                      "gpuprobe/server/layouts/intra.py", "gpuprobe/data/azure_llm_2023_conv.csv",
                      "gpuprobe/data/NOTICE", "gpuprobe/dashboard/plotly_basic/plotly-basic.min.js",
                      "gpuprobe/dashboard/plotly_basic/index.html"):

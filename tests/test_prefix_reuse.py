@@ -11,7 +11,7 @@ from gpuprobe.decide.decision import DecisionOptions, run_decision
 from gpuprobe.decide.prefix_reuse import measure_reuse, with_cached_tokens
 from gpuprobe.decide.slo import parse_slo
 from gpuprobe.perf.roofline import roofline_profile
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.sim.simulator import simulate
 from gpuprobe.store import Sample, Store
 
 pytestmark = pytest.mark.timeout(120)

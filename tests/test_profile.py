@@ -77,7 +77,7 @@ def test_unreachable_target_fails_cleanly_and_writes_nothing(tmp_path, capsys):
 
 
 def test_max_batch_caps_the_decode_bursts_and_bad_values_are_one_line(tmp_path, capsys):
-    from gpuprobe.perf.calibrate import decode_batches_for
+    from gpuprobe.workloads.calibrate import decode_batches_for
     assert decode_batches_for(16) == (1, 2, 4, 8, 16)
     assert decode_batches_for(12) == (1, 2, 4, 8, 12)  # the cap itself is measured: the fit's x_max
     assert decode_batches_for(2) == (1, 2)
@@ -96,7 +96,7 @@ def test_max_batch_caps_the_decode_bursts_and_bad_values_are_one_line(tmp_path, 
 
 @pytest.mark.timeout(120)
 def test_live_profile_of_tiny_server(tmp_path):
-    from gpuprobe.perf.calibrate import run_calibration
+    from gpuprobe.workloads.calibrate import run_calibration
     from gpuprobe.perf.profile import from_client
     from gpuprobe.server import launch
 
@@ -124,7 +124,7 @@ def test_a_failing_large_burst_ends_its_prompts_bursts_when_asked(tmp_path):
     """profile --target keeps the bursts that worked when a larger one fails (a slow server
     times it out); here a real tiny server admits 3 requests at a time and refuses the rest."""
     from gpuprobe.errors import GpuprobeError
-    from gpuprobe.perf.calibrate import run_calibration
+    from gpuprobe.workloads.calibrate import run_calibration
     from gpuprobe.server import launch
 
     # 300 tokens a stream: the six of a burst overlap however slowly a busy machine sends them

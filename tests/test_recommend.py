@@ -178,8 +178,8 @@ def test_cli_bad_input_one_line_exit_2(capsys, tmp_path):
 
 
 def test_xpyd_one_of_each_is_1p1d_and_more_prefill_workers_cut_ttft():
-    from gpuprobe.perf.sim_layouts import LayoutConfig
-    from gpuprobe.perf.simulator import simulate
+    from gpuprobe.sim.layouts import LayoutConfig
+    from gpuprobe.sim.simulator import simulate
     wl = _synth(3000, 30, rate=12.0, n=240)
     one = simulate(wl, H200, "cross").summary
     same = simulate(wl, H200, "cross", config=LayoutConfig(num_prefill=1, num_decode=1)).summary

@@ -18,11 +18,11 @@ import pandas as pd
 import pytest
 
 from gpuprobe.engine.scheduler import Scheduler, SchedulerConfig
-from gpuprobe.perf import sim_engine
+from gpuprobe.sim import engine as sim_engine
 from gpuprobe.perf.costmodel import Link, Overhead, Profile, simple_worker
 from gpuprobe.perf.metrics import Slo
-from gpuprobe.perf.sim_layouts import LayoutConfig
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.sim.layouts import LayoutConfig
+from gpuprobe.sim.simulator import simulate
 
 GOLDEN = Path(__file__).parent / "fixtures" / "sim_golden.json"
 COLUMNS = ("ttft_s", "e2e_s", "tbt_max_s")  # tbt_mean_s follows from ttft_s and e2e_s

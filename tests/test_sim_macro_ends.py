@@ -1,4 +1,4 @@
-"""sim_timeline.macro_ends rebuilds the step ends a macro-step's loop added up, bit for bit.
+"""timeline.macro_ends rebuilds the step ends a macro-step's loop added up, bit for bit.
 
 The engine keeps only each macro-step's start clock, batch and KV positions; macro_ends must
 give the very floats the engine loop computed, on both of its paths (few chains of
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from test_sim_equivalence import CASES, _profile, _trace
 
-from gpuprobe.perf import sim_engine
-from gpuprobe.perf.sim_timeline import macro_ends
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.sim import engine as sim_engine
+from gpuprobe.sim.timeline import macro_ends
+from gpuprobe.sim.simulator import simulate
 
 
 def _loop(t0_s, ctx, seqs, length, chained, coefs) -> list[float]:

@@ -21,9 +21,9 @@ from gpuprobe.engine.scheduler import SchedulerConfig
 from gpuprobe.perf.contention import FrontCpu
 from gpuprobe.perf.costmodel import Link, Overhead, Profile, simple_worker
 from gpuprobe.perf.metrics import Slo
-from gpuprobe.perf.predict import HostEffects, predict
-from gpuprobe.perf.sim_layouts import LayoutConfig
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.sim.predict import HostEffects, predict
+from gpuprobe.sim.layouts import LayoutConfig
+from gpuprobe.sim.simulator import simulate
 
 PINNED = Path(__file__).parent / "fixtures" / "sim_pinned.json"
 SLO = Slo(2.0, 0.2)

@@ -1,10 +1,10 @@
-"""The simulator's SimScheduler (gpuprobe/perf/sim_scheduler.py): its runs of identical decode
+"""The simulator's SimScheduler (gpuprobe/sim/scheduler.py): its runs of identical decode
 steps, taken at once and lazily, leave what single steps of the engine's own Scheduler (the
 policy the server runs) leave, whatever reads the state and whenever."""
 import pytest
 
 from gpuprobe.engine import SamplingParams, Scheduler, SchedulerConfig, Sequence
-from gpuprobe.perf.sim_scheduler import SimScheduler, SimSequence
+from gpuprobe.sim.scheduler import SimScheduler, SimSequence
 
 EOS = 2
 

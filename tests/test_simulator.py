@@ -4,11 +4,11 @@ import pandas as pd
 import pytest
 
 from gpuprobe.engine.scheduler import SchedulerConfig
-from gpuprobe.perf import sim_engine
+from gpuprobe.sim import engine as sim_engine
 from gpuprobe.perf.costmodel import Link, Overhead, Profile, simple_worker
 from gpuprobe.perf.metrics import Slo
-from gpuprobe.perf.sim_layouts import LayoutConfig
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.sim.layouts import LayoutConfig
+from gpuprobe.sim.simulator import simulate
 
 A, B_, C_, D0, D1, D2 = 0.01, 1e-4, 1e-8, 0.005, 1e-3, 1e-6
 

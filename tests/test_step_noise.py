@@ -10,7 +10,7 @@ from gpuprobe.perf.costmodel import Overhead, Profile, simple_worker
 from gpuprobe.perf.profile import load_profile
 from gpuprobe.perf.noise_fit import step_noise
 from gpuprobe.perf.profile_fit import fit_worker
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.sim.simulator import simulate
 from gpuprobe.errors import UserError
 
 

@@ -34,7 +34,7 @@ def test_measured_summary_carries_the_pool():
 
 def test_server_tbt_reads_the_replay_window_from_a_real_store(tmp_path):
     from gpuprobe.validate.server_tbt import server_tbt
-    from gpuprobe.perf.predict import median_summary
+    from gpuprobe.sim.predict import median_summary
     from gpuprobe.store import Store
 
     db = tmp_path / "server.db"

@@ -13,7 +13,7 @@ from gpuprobe.decide.recommend import recommend
 from gpuprobe.decide.slo import parse_slo
 from gpuprobe.perf.costmodel import Profile, simple_worker
 from gpuprobe.perf.roofline import roofline_profile
-from gpuprobe.perf.sim_layouts import LayoutConfig, num_devices
+from gpuprobe.sim.layouts import LayoutConfig, num_devices
 from gpuprobe.perf.tp_family import profile_at, refusal, tp_options
 
 pytestmark = pytest.mark.timeout(300)

@@ -131,7 +131,7 @@ def _check_sim_seeds(dump: dict) -> None:
 
     from gpuprobe.perf.contention import stretched
     from gpuprobe.validate.layout_probe import scheduler_configs
-    from gpuprobe.perf.predict import _contended, _scaled_front
+    from gpuprobe.sim.predict import _contended, _scaled_front
     from gpuprobe.validate.repredict import dump_drift, probes_from_dump
     from gpuprobe.validate.predictions import predict_layouts
 

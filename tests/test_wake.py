@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from gpuprobe.perf.costmodel import Profile, StepCost, simple_worker
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.sim.simulator import simulate
 from gpuprobe.perf.wake import (
     SPREAD_QUANTILES,
     fit_wake,

@@ -12,8 +12,8 @@ import pandas as pd
 from gpuprobe.engine.scheduler import SchedulerConfig
 from gpuprobe.perf.costmodel import Profile, interpolated
 from gpuprobe.perf.metrics import Slo
-from gpuprobe.perf.sim_layouts import LayoutConfig
-from gpuprobe.perf.simulator import simulate
+from gpuprobe.sim.layouts import LayoutConfig
+from gpuprobe.sim.simulator import simulate
 from gpuprobe.perf.tp_family import profile_at
 
 MAX_NUM_SEQS = 256       # simulate's defaults: an 8B model's batch on a large GPU

@@ -3,7 +3,7 @@ the reference server since it was applied. The loop closed.
 
 Measured: the server's own request records (source "server") that arrived after the switch
 (`applied_s`, on the server's clock) and ran on the recommended layout, summarised with the
-simulator's definitions (gpuprobe/perf/verdict.py: TTFT and pooled inter-token gap
+simulator's definitions (gpuprobe/validate/verdict.py: TTFT and pooled inter-token gap
 percentiles; a request meets the SLO when its TTFT and its mean TBT are within the targets).
 """
 from __future__ import annotations

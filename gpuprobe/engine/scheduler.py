@@ -8,7 +8,7 @@ Two policies, chosen by SchedulerConfig.chunked_prefill_tokens:
 KV blocks for a whole prompt are taken when it is admitted, so only decodes grow; when a
 decode cannot get a block, the newest running sequence is preempted and recomputed later.
 
-Extending it (the simulator's SimScheduler in gpuprobe/perf/sim_scheduler.py does): every
+Extending it (the simulator's SimScheduler in gpuprobe/sim/scheduler.py does): every
 admission asks `block_manager.can_allocate()`, and a step that decodes reads the running
 sequences' progress first in `_schedule_decodes()`; so a subclass may give the scheduler a
 BlockManager of its own and wrap that method, keeping the public methods' contracts.

@@ -1,1 +1,1 @@
-"""The performance model: cost models (fitted or roofline), the simulator, profile and validate. No torch."""
+"""The performance model: cost models (fitted or roofline), profiles and their fitting, memory, specs and metrics. The simulator that runs them is gpuprobe.sim. No torch."""

@@ -1,5 +1,5 @@
 """How much a worker's steps vary: quantiles of each calibration step's time over the median
-of the steps of its shape (the simulator draws from them, sim_noise.py). A decode worker's
+of the steps of its shape (the simulator draws from them, sim/noise.py). A decode worker's
 steps that a burst of the front's work fell in (front_events.py) get a table of their own."""
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import UserError
-from gpuprobe.perf.calibrate import client_decode_points, client_prefill_points
+from gpuprobe.workloads.calibrate import client_decode_points, client_prefill_points
 from gpuprobe.perf.costmodel import (DECODE_TERMS, PREFILL_TERMS, Overhead, Profile, StepCost,
                                      kv_link_defaults)
 from gpuprobe.perf.fit import least_squares
@@ -54,7 +54,7 @@ def with_target(profile: Profile, cal: dict, served) -> Profile:
     """A client profile plus what the server told of its model (served_model.ServedModel) and
     the mixed sweep's slowdown of a decode step that a prefill shares (monolithic only: a split
     layout's workers never mix). meta['mixed_step'] says 'measured' or 'assumed'."""
-    from gpuprobe.perf.mixed_sweep import mixed_factor, mixed_gaps
+    from gpuprobe.perf.mixed_fit import mixed_factor, mixed_gaps
 
     workers, mixed = dict(profile.workers), "assumed"
     if "monolithic" in workers and cal.get("mixed"):

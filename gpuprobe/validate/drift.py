@@ -1,5 +1,5 @@
 """validate's side of the speed probe (speed_probe.py): start it on the server's cores, turn
-its readings into per-replay, per-worker step-time factors (a host effect, predict.py), and
+its readings into per-replay, per-worker step-time factors (a host effect, sim/predict.py), and
 dump what predictions are made from for offline re-runs.
 """
 from __future__ import annotations

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.engine.scheduler import SchedulerConfig
-from gpuprobe.perf.sim_layouts import LayoutConfig
+from gpuprobe.sim.layouts import LayoutConfig
 
 FLUSH_WAIT_S = 1.5  # the server's telemetry thread writes every 0.5 s
 
@@ -87,7 +87,7 @@ class LayoutProbe:
 
     def _calibrate(self) -> None:
         """One calibration pass; the profile is fitted on every pass so far (_fit)."""
-        from gpuprobe.perf.calibrate import run_calibration
+        from gpuprobe.workloads.calibrate import run_calibration
         from gpuprobe.perf.profile import first_token_role, front_overhead_s
         from gpuprobe.perf.wake import wake_samples
 
@@ -190,7 +190,7 @@ class LayoutProbe:
             self.say(f"{self.layout}: recheck skipped (the time budget is spent)")
 
     def _recheck(self) -> None:
-        from gpuprobe.perf.calibrate import run_calibration
+        from gpuprobe.workloads.calibrate import run_calibration
         from gpuprobe.perf.profile import worker_key
         from gpuprobe.validate.recheck import RECHECK, same_shape_ratio
 

@@ -27,5 +27,5 @@ class ValidateOptions:
     budget_s: float = 600.0        # the whole run, every phase (plan.py)
     quiet_wait_s: float = 30.0     # longest wait for other processes to quiet down, per phase
     speed_probe: bool = True       # CPU device: correct for the cores' own speed drift
-    host_effects: bool = True      # predict with the host effects measured (predict.py)
+    host_effects: bool = True      # predict with the host effects measured (sim/predict.py)
     interleave: bool = False       # a calibration pass after every replay, all passes pooled

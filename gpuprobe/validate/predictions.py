@@ -1,6 +1,6 @@
 """What validate predicts: the profile it assembles from its layouts' calibrations, the host
 effects it measured, and each layout's prediction through the one prediction path
-(perf/predict.py), the same one `gpuprobe simulate` takes on that profile."""
+(sim/predict.py), the same one `gpuprobe simulate` takes on that profile."""
 from __future__ import annotations
 
 import time
@@ -36,7 +36,7 @@ def validate_profile(probes: dict, opts: ValidateOptions):
 def host_effects_of(probes: dict, opts: ValidateOptions, drift: dict | None = None):
     """predict.HostEffects measured by this run: the front's CPU per layout and, with the
     speed probe's readings, each replay's core speed (None with opts.host_effects off)."""
-    from gpuprobe.perf.predict import HostEffects
+    from gpuprobe.sim.predict import HostEffects
 
     if not opts.host_effects:
         return None
@@ -51,7 +51,7 @@ def predict_layouts(sim_wl: pd.DataFrame, probes: dict, opts: ValidateOptions,
     for the workload as replayed (sim_wl: its replay schedule), from the calibrated probes,
     through predict.predict with this run's host effects (drift: {layout: per replay
     {worker: core slowness vs calibration}})."""
-    from gpuprobe.perf.predict import predict
+    from gpuprobe.sim.predict import predict
     from gpuprobe.validate.layout_probe import scheduler_configs
 
     profile = validate_profile(probes, opts)

@@ -35,7 +35,7 @@ from gpuprobe.validate.verdict import (
     median_p50_error,
     tbt_tolerance,
 )
-from gpuprobe.perf.predict import median_summary
+from gpuprobe.sim.predict import median_summary
 
 
 def load_dump(path: str) -> dict:

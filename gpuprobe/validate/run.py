@@ -10,7 +10,7 @@ The run keeps a plan within its budget (plan.py, sized by sizing.py; BudgetWatch
 the budget). Each calibration and replay runs under a
 PhaseGuard (cpu_watch.py): it waits for other processes to quiet down, repeats a disturbed
 phase once, and the foreign load of what was kept is reported. The predictions go through
-the one prediction path (perf/predict.py) with the host effects this run measured: the CPU
+the one prediction path (sim/predict.py) with the host effects this run measured: the CPU
 the front and the client take from the workers (contention.py) and, on the CPU device, each
 replay's core speed against its calibration's (speed_probe.py). The predictions without
 host effects, which `gpuprobe simulate` gives on this run's profile (`--profile-out`), are
@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import UserError
-from gpuprobe.perf.calibrate import decode_prompts_for, prefill_sizes_for
-from gpuprobe.perf.predict import median_summary
+from gpuprobe.workloads.calibrate import decode_prompts_for, prefill_sizes_for
+from gpuprobe.sim.predict import median_summary
 from gpuprobe.validate.budget_watch import BudgetWatch
 from gpuprobe.validate.drift import drift_factors, dump_state, start_speed_probe
 from gpuprobe.validate.options import ValidateOptions

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.errors import GpuprobeError
-from gpuprobe.perf.sim_layouts import LayoutConfig
+from gpuprobe.sim.layouts import LayoutConfig
 from gpuprobe.validate.options import ValidateOptions
 from gpuprobe.validate.replay_rate import replay_rate, schedule_frame
 
@@ -18,8 +18,8 @@ def plan_run(wl: pd.DataFrame, capacity: float, probe, opts: ValidateOptions, st
              spent_s: float):
     """plan.make_plan with this run's measurements: monolithic's start and pass,
     the replay's drain from monolithic's simulation, the predictions' time from one run."""
-    from gpuprobe.perf.predict import CONTENTION_PASSES
-    from gpuprobe.perf.simulator import simulate
+    from gpuprobe.sim.predict import CONTENTION_PASSES
+    from gpuprobe.sim.simulator import simulate
     from gpuprobe.validate.plan import DRAIN_MARGIN, REPLAY_OVERHEAD_S, make_plan, timed
 
     load = DEFAULT_LOAD if opts.load is None else opts.load
@@ -67,7 +67,7 @@ def rate_line(capacity: float, rate) -> str:
 
 def capacity_rps(wl: pd.DataFrame, probe, opts: ValidateOptions) -> float:
     """Requests per second the monolithic layout finishes with every request queued at t=0."""
-    from gpuprobe.perf.simulator import simulate
+    from gpuprobe.sim.simulator import simulate
 
     prof, config = _monolithic(probe)
     res = simulate(wl.assign(arrival_s=0.0), prof, "monolithic", opts.slo, config)

@@ -17,7 +17,7 @@ from gpuprobe.perf.metrics import (
     gaps_from_token_times,
     per_request,
 )
-from gpuprobe.perf.sim_layouts import DEVICES
+from gpuprobe.sim.layouts import DEVICES
 
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "tbt_p99_s", "throughput_tok_s")
 P50_METRICS = ("ttft_p50_s", "tbt_p50_s", "throughput_tok_s")

@@ -98,9 +98,9 @@ def _build(args):
         with Store.open(args.store) as store:
             return prof.from_store(store, args.run)
     from gpuprobe.errors import UserError
-    from gpuprobe.perf.calibrate import (DECODE_PROMPTS, decode_batches_for, prefill_sizes_for,
+    from gpuprobe.workloads.calibrate import (DECODE_PROMPTS, decode_batches_for, prefill_sizes_for,
                                          run_calibration, server_model)
-    from gpuprobe.perf.mixed_sweep import MIXED_PROMPTS
+    from gpuprobe.workloads.mixed_sweep import MIXED_PROMPTS
     from gpuprobe.perf.served_model import describe
 
     def say(msg: str) -> None:

@@ -50,8 +50,8 @@ def run(args) -> int:
     from gpuprobe.decide.slo import slo_from_flags
     from gpuprobe.perf.metrics import AGG_METRICS, best_note, pick_best
     from gpuprobe.perf.profile import load_profile
-    from gpuprobe.perf.predict import predict
-    from gpuprobe.perf.sim_layouts import LAYOUTS
+    from gpuprobe.sim.predict import predict
+    from gpuprobe.sim.layouts import LAYOUTS
     from gpuprobe.workloads.loading import as_workload, load_named_workload
 
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
@@ -63,7 +63,7 @@ def run(args) -> int:
                                                 limit=args.limit))
     cfgs = {x: _config(profile, wl, args, SchedulerConfig, x) for x in layouts}
     slo = slo_from_flags(args.slo, args.slo_ttft, args.slo_tbt)
-    # one prediction path (perf/predict.py); simulate has no host effects to apply
+    # one prediction path (sim/predict.py); simulate has no host effects to apply
     out = {x: predict(wl, profile, x, slo, cfgs[x], args.seeds, args.seed) for x in layouts}
     cfg = cfgs[layouts[0]]
     limits = {"max_num_seqs": cfg.mixed.max_num_seqs}
@@ -105,7 +105,7 @@ def _config(profile, wl, args, SchedulerConfig, layout: str):
     """The scheduler per role of `layout`: the profile's (validate records what its servers
     ran; a spec profile, the KV its workers' memory holds) where it has one and no flag
     overrides it, else the flags' defaults."""
-    from gpuprobe.perf.sim_layouts import LayoutConfig
+    from gpuprobe.sim.layouts import LayoutConfig
 
     kept = (profile.meta or {}).get("scheduler") or {}
     out = []

@@ -137,7 +137,7 @@ def add_arguments(p) -> None:
 def _options(args):
     from gpuprobe.errors import UserError
     from gpuprobe.perf.metrics import Slo
-    from gpuprobe.perf.sim_layouts import LAYOUTS
+    from gpuprobe.sim.layouts import LAYOUTS
     from gpuprobe.validate.options import ValidateOptions
 
     layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())

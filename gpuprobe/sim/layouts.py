@@ -20,8 +20,8 @@ import numpy as np
 from gpuprobe.engine.scheduler import SchedulerConfig
 from gpuprobe.engine.sequence import SamplingParams
 from gpuprobe.perf.costmodel import Profile
-from gpuprobe.perf.sim_engine import SimEngine, np_view
-from gpuprobe.perf.sim_scheduler import SimSequence
+from gpuprobe.sim.engine import SimEngine, np_view
+from gpuprobe.sim.scheduler import SimSequence
 
 LAYOUTS = ("monolithic", "intra", "cross")
 DEVICES = {"monolithic": 1, "intra": 1, "cross": 2}  # one unit on one-device workers (validate)
@@ -63,7 +63,7 @@ class RawTimes:
     ends, then its uniform decode steps' ends again (the axis the runs index; once only when
     every step was a uniform one, as on a split layout's decode worker). run_owner /
     run_start / run_count (int arrays): runs of each request's later tokens, grouped by
-    request, in time order within one (see sim_timeline.token_stats).
+    request, in time order within one (see timeline.token_stats).
     """
 
     first_s: np.ndarray

@@ -6,7 +6,7 @@ methods the simulator uses to skip the steps it can predict:
     k, ctx = sched.uniform_decode_steps(token_id)   # the next k steps are the same decodes
     finished = sched.advance_decodes(n, token_id)   # take n <= k of them at once
 
-They are lazy (sim_decode_run.LazyRun): the sequences, which must be SimSequences, owe the
+They are lazy (decode_run.LazyRun): the sequences, which must be SimSequences, owe the
 steps taken, and are settled wherever the Scheduler reads them. That is where the Scheduler
 says a subclass may step in: its block manager (KvPool: free blocks net of those the run
 owes) and _schedule_decodes() (the run is settled before a step decodes); abort() settles
@@ -19,7 +19,7 @@ from gpuprobe.engine.block_manager import BlockManager
 from gpuprobe.engine.config import SchedulerConfig
 from gpuprobe.engine.scheduler import Scheduler
 from gpuprobe.engine.sequence import Sequence
-from gpuprobe.perf.sim_decode_run import LazyRun, SimSequence
+from gpuprobe.sim.decode_run import LazyRun, SimSequence
 
 __all__ = ["KvPool", "SimScheduler", "SimSequence"]
 

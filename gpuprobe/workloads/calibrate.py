@@ -164,7 +164,7 @@ def run_calibration(base_url: str, prefill_sizes=PREFILL_SIZES, decode_batches=D
         _check(wake, "idle probes")
         mixed = []
         if mixed_prompts:
-            from gpuprobe.perf.mixed_sweep import MIXED_BATCH, mixed_runs, wait_for
+            from gpuprobe.workloads.mixed_sweep import MIXED_BATCH, mixed_runs, wait_for
 
             batch = min(MIXED_BATCH, max(decode_batches))
             mixed = await mixed_runs(session, base + "/v1/completions", body, mixed_prompts,

@@ -21,8 +21,8 @@ import pandas as pd
 from gpuprobe.errors import UserError
 from gpuprobe.perf.costmodel import Profile
 from gpuprobe.perf.metrics import Slo, per_request, summarize, tbt_summary
-from gpuprobe.perf.sim_layouts import LAYOUTS, LayoutConfig, num_devices, run_layout
-from gpuprobe.perf.sim_timeline import token_stats
+from gpuprobe.sim.layouts import LAYOUTS, LayoutConfig, num_devices, run_layout
+from gpuprobe.sim.timeline import token_stats
 
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 

@@ -1,7 +1,7 @@
 """Per-request token statistics from compact token runs: no array with one entry per token.
 
 A simulated request's tokens after its first are runs of consecutive entries of a time axis
-(the decode worker's step end times, then its uniform decode steps again; see sim_engine).
+(the decode worker's step end times, then its uniform decode steps again; see engine.py).
 Everything the metrics need follows from the runs with O(runs + steps) array work:
 - last_s: the end of the request's last run;
 - gaps inside a run are consecutive differences of the time axis, so the pooled inter-token

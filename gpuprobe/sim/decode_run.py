@@ -3,7 +3,7 @@
 When every running sequence is decoding and nothing else can happen (nothing waiting, no
 prompt part-way, the sampled token stops no one, enough free KV blocks), the next steps are
 the same batch over and over, each sequence one position further. The simulator's
-SimScheduler (sim_scheduler.py) advances such a run with uniform_decode_steps() /
+SimScheduler (scheduler.py) advances such a run with uniform_decode_steps() /
 advance_decodes(); the engine's Scheduler, which the reference server runs, knows nothing of it.
 
 Lazy: the running sequences that joined the run (a prefix of the scheduler's running list;
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from gpuprobe.engine.sequence import Sequence
 
 if TYPE_CHECKING:
-    from gpuprobe.perf.sim_scheduler import SimScheduler
+    from gpuprobe.sim.scheduler import SimScheduler
 
 
 class SimSequence(Sequence):

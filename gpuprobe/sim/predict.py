@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from gpuprobe.perf.metrics import Slo
-from gpuprobe.perf.sim_layouts import LayoutConfig
+from gpuprobe.sim.layouts import LayoutConfig
 
 CONTENTION_PASSES = 3  # simulate, stretch by the busy fractions, again: a fixed point
 
@@ -116,7 +116,7 @@ def _contended(wl: pd.DataFrame, profile, layout: str, front, slo: Slo, config,
     """({worker: step-time factor}, SimResult) with the front's CPU taken from the workers'
     cores (module docstring); without a front, the plain simulation."""
     from gpuprobe.perf.contention import arrival_stalled, busy_stretch, stretched
-    from gpuprobe.perf.simulator import simulate
+    from gpuprobe.sim.simulator import simulate
 
     roles = ("mixed",) if layout == "monolithic" else ("prefill", "decode")
     if layout == "monolithic" and front is not None:

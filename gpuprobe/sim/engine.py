@@ -11,7 +11,7 @@ in one macro-step (advance_decodes): the same step times, bit for bit, and the s
 single steps, without a schedule() call or a TokenEvent per step. The macro-step's loop only
 adds up the clock (it needs the exact end to know where to stop); each step's end is left
 unrecorded and rebuilt afterwards, vectorized with the same operations in the same order
-(sim_timeline.macro_ends), from what a macro-step records: its start clock, batch and KV
+(timeline.macro_ends), from what a macro-step records: its start clock, batch and KV
 positions.
 
 Token times are kept compact, never per token: each request's later tokens are runs of
@@ -30,10 +30,10 @@ from gpuprobe.engine.scheduler import SchedulerConfig
 from gpuprobe.engine.sequence import SeqStatus, Sequence
 from gpuprobe.perf.costmodel import StepCost
 from gpuprobe.perf.front_events import LEAD_S
-from gpuprobe.perf.sim_feed import INF, NO_INPUT, InputFeed
-from gpuprobe.perf.sim_noise import noisy_step_fn
-from gpuprobe.perf.sim_scheduler import SimScheduler
-from gpuprobe.perf.sim_timeline import macro_ends
+from gpuprobe.sim.feed import INF, NO_INPUT, InputFeed
+from gpuprobe.sim.noise import noisy_step_fn
+from gpuprobe.sim.scheduler import SimScheduler
+from gpuprobe.sim.timeline import macro_ends
 
 MIN_MACRO_STEPS = 1  # the bench and tests set it out of reach to get the single-step baseline
 TOKEN = 1            # every simulated token; the trace fixes lengths (ignore_eos)
