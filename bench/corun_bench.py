@@ -33,7 +33,7 @@ def _engine(core: int):
 
     torch.set_num_threads(1)
     from gpuprobe.engine import LLMEngine, SamplingParams, Scheduler, SchedulerConfig, Sequence
-    from gpuprobe.model.runner import ModelRunner, load_model
+    from gpuprobe.llama.runner import ModelRunner, load_model
 
     config, model, _ = load_model("tiny", "cpu", torch.float32)
     runner = ModelRunner(config, 512, 16, "cpu", 1, torch.float32, model)

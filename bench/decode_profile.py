@@ -25,7 +25,7 @@ def main() -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from gpuprobe.engine import LLMEngine, SamplingParams, Scheduler, SchedulerConfig, Sequence
-    from gpuprobe.model.runner import ModelRunner, load_model
+    from gpuprobe.llama.runner import ModelRunner, load_model
 
     cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)

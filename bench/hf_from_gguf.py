@@ -1,7 +1,7 @@
 """Write a Hugging Face model folder (config.json, model.safetensors, tokenizer) from a Llama
 GGUF, so vLLM serves the very weights gpuprobe's reference server runs (vLLM 0.32's own GGUF
 loader needs CUDA). Runs in gpuprobe's venv: the GGUF is read and dequantized by
-gpuprobe.model, the safetensors file is written here (a JSON header and raw little-endian
+gpuprobe.llama, the safetensors file is written here (a JSON header and raw little-endian
 arrays), so nothing beyond gpuprobe's own dependencies is needed.
 
 Usage: .venv/bin/python bench/hf_from_gguf.py --model smollm2-135m --out .vllm-models/smollm2-135m
@@ -86,7 +86,7 @@ def write_tokenizer(out: str, tok) -> None:
 
 
 def convert(model_name: str, out: str) -> str:
-    from gpuprobe.model.runner import load_model
+    from gpuprobe.llama.runner import load_model
 
     config, model, tok = load_model(model_name)
     os.makedirs(out, exist_ok=True)

@@ -59,7 +59,7 @@ def decode_floor(model_name: str, bw_gbs: float, device: str = "cpu", ctx: int =
         SchedulerConfig,
         Sequence,
     )
-    from gpuprobe.model.runner import ModelRunner, load_model
+    from gpuprobe.llama.runner import ModelRunner, load_model
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     config, model, _ = load_model(model_name, device, dtype)
@@ -90,7 +90,7 @@ def batching(model_name: str = "tiny", n: int = 48, slots: int = 8, reps: int = 
         SchedulerConfig,
         Sequence,
     )
-    from gpuprobe.model.runner import ModelRunner, load_model
+    from gpuprobe.llama.runner import ModelRunner, load_model
 
     config, model, _ = load_model(model_name)
     runner = ModelRunner(config, 1024, 16, "cpu", torch.get_num_threads(), model=model)

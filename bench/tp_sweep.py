@@ -56,7 +56,7 @@ def _rank(rank: int, args, port: int, out) -> None:
     import torch
     import torch.distributed as dist
 
-    from gpuprobe.model.config import resolve_model
+    from gpuprobe.llama.config import resolve_model
 
     cuda = args.device == "cuda"
     if cuda:

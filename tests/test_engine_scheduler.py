@@ -45,7 +45,7 @@ def run_to_end(engine: LLMEngine, max_steps: int = 10_000) -> dict[str, list[int
 
 def test_scheduler_and_model_shapes_do_not_import_torch():
     # The simulator drives this scheduler and reads model shapes without torch.
-    code = ("import sys, gpuprobe.engine, gpuprobe.model; gpuprobe.model.resolve_model('tiny'); "
+    code = ("import sys, gpuprobe.engine, gpuprobe.llama; gpuprobe.llama.resolve_model('tiny'); "
             "print('torch' in sys.modules or 'numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -4,9 +4,9 @@ import torch
 from gpuprobe.engine import (LLMEngine, PrefillChunk, SamplingParams, Scheduler, SchedulerConfig,
                              Sequence)
 from gpuprobe.engine.scheduler import Batch
-from gpuprobe.model.config import resolve_model
-from gpuprobe.model.runner import ModelRunner, blocks_for_budget, load_model
-from gpuprobe.model.tokenizer import ByteTokenizer, IncrementalDetokenizer
+from gpuprobe.llama.config import resolve_model
+from gpuprobe.llama.runner import ModelRunner, blocks_for_budget, load_model
+from gpuprobe.llama.tokenizer import ByteTokenizer, IncrementalDetokenizer
 
 BLOCK = 4  # small blocks so sequences span many of them
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprobe.model.tokenizer import ByteTokenizer
+from gpuprobe.llama.tokenizer import ByteTokenizer
 from gpuprobe.server import openai_api as oa
 from gpuprobe.server.admission import Admission
 from gpuprobe.server.streaming import StreamText

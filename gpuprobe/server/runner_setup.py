@@ -62,7 +62,7 @@ def build_runner(spec) -> tuple[object, dict]:
     threads = pin_cpu(spec.cores)
     import torch
 
-    from gpuprobe.model.runner import ModelRunner, blocks_for_budget, load_model
+    from gpuprobe.llama.runner import ModelRunner, blocks_for_budget, load_model
 
     torch.set_num_threads(threads)
     partition = "cpu cores " + ",".join(map(str, spec.cores))

@@ -25,7 +25,7 @@ class StreamText:
     """Incremental detokenization plus stop strings, and what each token puts on the wire."""
 
     def __init__(self, tokenizer, stop: tuple[str, ...]):
-        from gpuprobe.model.tokenizer import IncrementalDetokenizer
+        from gpuprobe.llama.tokenizer import IncrementalDetokenizer
 
         self._detok = IncrementalDetokenizer(tokenizer)
         self._stop = stop

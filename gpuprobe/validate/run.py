@@ -65,7 +65,7 @@ def _say(msg: str, progress: bool) -> None:
 
 def run_validate(workload: pd.DataFrame, opts: ValidateOptions, progress: bool = True) -> dict:
     """The whole validation; returns the JSON-ready result (see the CLI for its shape)."""
-    from gpuprobe.model.config import resolve_model
+    from gpuprobe.llama.config import resolve_model
 
     cfg = resolve_model(opts.model)
     wl = prepare_workload(workload, opts.limit, opts.token_scale, cfg.max_seq_len)

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from gpuprobe.engine import SchedulerConfig
-    from gpuprobe.model.runner import ModelRunner, load_model
+    from gpuprobe.llama.runner import ModelRunner, load_model
 
     torch.set_num_threads(1)
     config, model, _ = load_model("tiny", "cpu", torch.float32)

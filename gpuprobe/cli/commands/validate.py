@@ -166,8 +166,8 @@ def _options(args):
 def _check_model(name: str) -> None:
     """UserError now, not minutes later in the first server, for a model that does not exist."""
     from gpuprobe.errors import UserError
-    from gpuprobe.model.config import resolve_model
-    from gpuprobe.model.gguf_loader import ModelLoadError
+    from gpuprobe.llama.config import resolve_model
+    from gpuprobe.llama.gguf_loader import ModelLoadError
 
     try:
         resolve_model(name)

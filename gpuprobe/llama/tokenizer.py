@@ -3,7 +3,7 @@ ChatML chat prompts, and incremental detokenization for streaming."""
 
 from __future__ import annotations
 
-from gpuprobe.model.gguf_loader import ModelLoadError, VocabSpec
+from gpuprobe.llama.gguf_loader import ModelLoadError, VocabSpec
 
 CONTROL_TOKEN_TYPE = 3  # llama.cpp token type for <|im_start|> and friends
 
@@ -143,7 +143,7 @@ class IncrementalDetokenizer:
 def load_tokenizer(reader=None, vocab_size: int | None = None) -> Tokenizer:
     """BPE from an open GGUFReader, else a byte tokenizer for a random model's vocab_size."""
     if reader is not None:
-        from gpuprobe.model.gguf_loader import read_vocab
+        from gpuprobe.llama.gguf_loader import read_vocab
 
         return BPETokenizer(read_vocab(reader))
     return ByteTokenizer(vocab_size)

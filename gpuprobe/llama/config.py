@@ -78,7 +78,7 @@ def gguf_path_for(name_or_path: str) -> str | None:
     if name_or_path in PRESETS:
         return None
     if name_or_path in GGUF_MODELS:
-        from gpuprobe.model.gguf_loader import smollm2_path
+        from gpuprobe.llama.gguf_loader import smollm2_path
 
         return smollm2_path()
     if os.path.isfile(name_or_path):
@@ -97,7 +97,7 @@ def resolve_model(name_or_path: str, **overrides) -> ModelConfig:
     if path is None:
         config = PRESETS[name_or_path]
     else:
-        from gpuprobe.model.gguf_loader import open_gguf, read_config  # numpy + gguf only here
+        from gpuprobe.llama.gguf_loader import open_gguf, read_config  # numpy + gguf only here
 
         config = read_config(open_gguf(path), path, name=name_or_path)
     return replace(config, **overrides) if overrides else config

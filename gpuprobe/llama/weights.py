@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from gpuprobe.model.config import ModelConfig
-from gpuprobe.model.llama import Transformer
+from gpuprobe.llama.config import ModelConfig
+from gpuprobe.llama.transformer import Transformer
 
 
 def build_model(config: ModelConfig, device: str | torch.device = "cpu",
@@ -22,7 +22,7 @@ def build_model(config: ModelConfig, device: str | torch.device = "cpu",
     if config.gguf_path is None:
         init_random(model, config.seed)
     else:
-        from gpuprobe.model import gguf_loader
+        from gpuprobe.llama import gguf_loader
 
         reader = reader or gguf_loader.open_gguf(config.gguf_path)
         model.load_state_dict(gguf_state_dict(gguf_loader.read_tensors(reader), config))

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gpuprobe.model.config import ModelConfig
+from gpuprobe.llama.config import ModelConfig
 
 
 def precompute_rope(head_dim: int, max_seq_len: int, theta: float) -> Tensor:

@@ -8,10 +8,10 @@ from torch import Tensor
 
 from gpuprobe.engine.scheduler import Batch
 from gpuprobe.engine.sequence import Sequence
-from gpuprobe.model.config import ModelConfig, gguf_path_for, resolve_model
-from gpuprobe.model.llama import AttentionMetadata, PrefillMeta, Transformer
-from gpuprobe.model.tokenizer import Tokenizer, load_tokenizer
-from gpuprobe.model.weights import build_model
+from gpuprobe.llama.config import ModelConfig, gguf_path_for, resolve_model
+from gpuprobe.llama.transformer import AttentionMetadata, PrefillMeta, Transformer
+from gpuprobe.llama.tokenizer import Tokenizer, load_tokenizer
+from gpuprobe.llama.weights import build_model
 
 
 def dtype_bytes(dtype: torch.dtype) -> int:
@@ -49,7 +49,7 @@ def load_model(name_or_path: str, device: str | torch.device = "cpu",
         return config, build_model(config, device, dtype), load_tokenizer(None, config.vocab_size)
     from dataclasses import replace
 
-    from gpuprobe.model.gguf_loader import open_gguf, read_config
+    from gpuprobe.llama.gguf_loader import open_gguf, read_config
 
     reader = open_gguf(path)  # slow to open: one reader serves config, weights and vocab
     config = replace(read_config(reader, path, name=name_or_path), **overrides)
@@ -92,7 +92,7 @@ class ModelRunner:
         self.block_size = block_size
         self.model = model if model is not None else build_model(config, self.device, dtype)
         if self.device.type == "cpu":
-            from gpuprobe.model.cpu_linear import fuse_gate_up, use_cpu_linears
+            from gpuprobe.llama.cpu_linear import fuse_gate_up, use_cpu_linears
 
             fuse_gate_up(self.model)
             use_cpu_linears(self.model)
