@@ -9,7 +9,7 @@ import streamlit as st
 
 HERE = Path(__file__).parent / "views"
 PAGES = [("overview.py", "Overview", ":material/dashboard:"), ("live.py", "Live", ":material/monitoring:"),
-         ("workload.py", "Workload", ":material/stacked_bar_chart:"), ("model.py", "Model", ":material/rule:"),
+         ("workload.py", "Workload", ":material/stacked_bar_chart:"), ("accuracy.py", "Accuracy", ":material/rule:"),
          ("forecast.py", "Forecast", ":material/trending_up:"),
          ("recommend.py", "Recommend", ":material/recommend:"), ("reports.py", "Reports", ":material/description:"),
          ("fleet.py", "Fleet", ":material/lan:")]

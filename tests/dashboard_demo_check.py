@@ -54,7 +54,7 @@ def check_every_page(store: Path, applied_layout: str) -> None:
         assert "19,366" in [x.value for x in at.metric if x.label == "Requests"]  # azure-conv, imported whole
         assert len(at.get("plotly_chart")) == 6
 
-        at = run_page("model", store)
+        at = run_page("accuracy", store)
         assert len(at.dataframe[0].value) >= 2 and at.get("plotly_chart")  # predicted against measured
 
         at = run_page("forecast", store)

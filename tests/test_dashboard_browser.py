@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's c
               pytest.mark.timeout(300)]  # a loaded 2-core VM: the switch spawns two workers
 TOKEN = "dashboard-test-token"
 # Live first: a fresh app's first URL naming a page must still run app.py's navigation
-PAGES = (("live", "Live", 1), ("", "Overview", 1), ("workload", "Workload", 6), ("model", "Model", 1),
+PAGES = (("live", "Live", 1), ("", "Overview", 1), ("workload", "Workload", 6), ("accuracy", "Accuracy", 1),
          ("forecast", "Forecast", 2), ("recommend", "Recommend", 1), ("reports", "Reports", 0))
 
 

@@ -15,7 +15,7 @@ from dashboard_fill import NUM_REQUESTS, SWITCH_S, T0, fill
 from gpuprobe.store import Sample, Store
 
 PAGES = Path(__file__).resolve().parent.parent / "dashboard" / "views"
-NAMES = ("overview", "live", "workload", "model", "forecast", "recommend", "reports")
+NAMES = ("overview", "live", "workload", "accuracy", "forecast", "recommend", "reports")
 
 
 def page(name: str, store_path, monkeypatch) -> AppTest:
@@ -153,8 +153,8 @@ def test_workload_two_side_by_side_and_one_without_requests(filled, tmp_path, mo
     assert "has no requests" in texts(at.info)
 
 
-def test_model_shows_predicted_against_measured_with_spread(filled, monkeypatch):
-    at = page("model", filled, monkeypatch)
+def test_accuracy_shows_predicted_against_measured_with_spread(filled, monkeypatch):
+    at = page("accuracy", filled, monkeypatch)
     assert {m.label: m.value for m in at.metric}["Best measured"] == "monolithic"
     table = at.dataframe[0].value
     assert len(table) == 4 and set(table["layout"]) == {"monolithic", "intra"}

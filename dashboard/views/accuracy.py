@@ -1,4 +1,4 @@
-"""Model: predicted against measured from the latest validate, with the replay spread."""
+"""Accuracy: the model's predictions against what validate measured, with the replay spread."""
 
 import pandas as pd
 import streamlit as st
@@ -6,7 +6,7 @@ import streamlit as st
 from gpuprobe.dashboard import queries
 from gpuprobe.dashboard.common import cached, fmt_pct, local_time, missing
 
-st.title("Model: predicted against measured")
+st.title("Accuracy: predicted against measured")
 vals = cached(queries.validations)
 if vals.empty:
     missing("No validate result stored.", "gpuprobe validate --workload azure-conv --model tiny")
