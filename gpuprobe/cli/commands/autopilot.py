@@ -24,7 +24,7 @@ def add_arguments(p) -> None:
                    help="take the last window as the next interval instead of forecasting it")
     p.add_argument("--history", default="10m", help="how far back the forecaster reads (default 10m)")
     p.add_argument("--devices", type=positive_int, default=2,
-                   help="devices recommend may lay out (default 2: the reference server's cross is 1P1D)")
+                   help="devices recommend may lay out (default 2); cross xPyD takes x + y workers, which a server given --prefill-workers/--decode-workers runs on them")
     p.add_argument("--profile", metavar="FILE", help="cost-model profile JSON (gpuprobe profile) for the predictions")
     p.add_argument("--dry-run", action="store_true", help="decide and log; switch nothing")
     p.add_argument("--min-dwell", default="5m", help="how long a layout, and a challenger's lead, must hold before a switch (default 5m)")
