@@ -17,12 +17,18 @@ def _row(i: int) -> dict:
             "status": "ok"}
 
 
-def test_a_locked_store_keeps_the_newest_rows_and_records_the_loss(tmp_path):
-    db = tmp_path / "s.db"
-    w = TelemetryWriter(str(db), "r", "h", {}, flush_interval_s=0.05, max_pending_rows=10,
-                        busy_timeout_s=0.05)
+def _locked_writer(db, **kw):
+    """A writer on `db` (flushing every 50 ms, 50 ms busy timeout) and a connection that holds
+    the store's write lock until it commits."""
+    w = TelemetryWriter(str(db), "r", "h", {}, flush_interval_s=0.05, busy_timeout_s=0.05, **kw)
     locker = sqlite3.connect(db, isolation_level=None)
     locker.execute("BEGIN IMMEDIATE")
+    return w, locker
+
+
+def test_a_locked_store_keeps_the_newest_rows_and_records_the_loss(tmp_path):
+    db = tmp_path / "s.db"
+    w, locker = _locked_writer(db, max_pending_rows=10)
     try:
         for i in range(25):
             w.add_request(_row(i))
@@ -45,10 +51,7 @@ def test_a_locked_store_keeps_the_newest_rows_and_records_the_loss(tmp_path):
 
 def test_rows_held_at_shutdown_are_written_once_the_lock_goes(tmp_path):
     db = tmp_path / "s.db"
-    w = TelemetryWriter(str(db), "r", "h", {}, flush_interval_s=0.05, busy_timeout_s=0.05,
-                        close_retry_s=60)
-    locker = sqlite3.connect(db, isolation_level=None)
-    locker.execute("BEGIN IMMEDIATE")
+    w, locker = _locked_writer(db, close_retry_s=60)
     for i in range(5):
         w.add_request(_row(i))
     wait_for(lambda: w.num_pending() == 5 and w._busy_since is not None, "the store busy")

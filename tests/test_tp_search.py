@@ -76,7 +76,7 @@ def test_llama70b_on_8_h200_refuses_tp1_and_lays_out_all_devices_with_tp():
     wl = _poisson(2000, 200, 400)
     rec = recommend(wl, P70, parse_slo("ttft=2s,tpot=50ms"), devices=8)
     d = rec.deployment
-    assert d.devices == 8 and d.unit_devices * d.replicas == 8
+    assert d.devices == 8 and d.unit.devices * d.replicas == 8
     assert min((d.prefill_tp, d.decode_tp) if d.layout == "cross" else (d.tp,)) >= 2
     assert all(r["params"].get("tp", 2) >= 2 and r["params"].get("prefill_tp", 2) >= 2
                for r in rec.candidates)

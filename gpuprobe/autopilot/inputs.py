@@ -7,7 +7,8 @@ goodput found by its rate-scale search, ranked by its one rule, with reasons and
 confidence; seconds per call, and it needs a window of many requests (on a window
 of ten, the search finds no rate at which cross misses and calls its goodput infinite).
 `--candidates window` is for intervals of seconds: the three layouts the reference server
-switches between at their defaults (monolithic prefill-first, intra 50% prefill, cross 1P1D),
+switches between at their defaults (monolithic prefill-first, intra 50% prefill, cross 1P1D;
+recommend's full search also proposes xPyD, which the server runs on its given workers),
 each predicted at the window's own rate (decide.predict), the ones meeting the SLO
 (metrics.meets_slo) ranked by that offered goodput per device with recommend's rank(). The
 forecaster (`gpuprobe.forecast`) fits the history; where it declines (too little of it), or

@@ -40,7 +40,7 @@ class AutopilotConfig:
     dry_run: bool = False
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     candidates: str = "all"  # inputs.MODES: recommend() itself, or the window mode
-    devices: int = 2         # what recommend() may lay out: the reference server's cross is 1P1D
+    devices: int = 2         # what recommend() may lay out (cross xPyD takes x + y workers)
     forecast: bool = True    # False: the last window stands for the next interval
     history_s: float = 600.0 # how far back the forecaster reads (buckets of one interval)
 
@@ -198,7 +198,7 @@ class Autopilot:
             self.state = after_switch(self.state, True, now, self.cfg.policy, new_key)
             return {"action": "would-switch", "reason": f"dry run: {reason}"}
         try:
-            # the body apply sends for the same settings (cross xPyD as its prefill fraction)
+            # the body apply sends for the same settings (cross as xPyD: num_prefill, num_decode)
             body = layout_body(Deployment.from_params(chosen["layout"], chosen.get("params") or {}))
             holder = self.holder if self.keeper is not None else None
             entry = self.admin.switch(body, "autopilot", reason, holder=holder)

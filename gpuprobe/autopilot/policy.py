@@ -59,8 +59,8 @@ class Decision:
 
 def key(layout: str, params: dict | None = None) -> str:
     """One comparable name for a layout and what the server can switch of it: 'monolithic',
-    'monolithic+chunk512', 'intra@0.5', 'cross' (the reference server runs cross as 1P1D;
-    more devices show as 'cross 2P1D')."""
+    'monolithic+chunk512', 'intra@0.5', 'cross' (1P1D), 'cross 2P1D' (x prefill and y
+    decode workers: the server's own, or the remote ones it was given)."""
     p = params or {}
     if layout == "monolithic":
         chunk = p.get("max_num_batched_tokens") if p.get("chunked_prefill") else p.get("chunked_prefill_tokens")

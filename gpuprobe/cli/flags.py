@@ -1,7 +1,7 @@
 """Flags several commands share, defined once so that they read the same everywhere."""
 from __future__ import annotations
 
-from gpuprobe.argtypes import positive_float
+from gpuprobe.argtypes import http_url, positive_float
 
 
 def add_source_flags(p, what: str, since: str = "1h", required: bool = False) -> None:
@@ -24,3 +24,12 @@ def add_slo_flags(p) -> None:
     p.add_argument("--slo-tpot", "--slo-tbt", dest="slo_tbt", type=positive_float, default=None,
                    metavar="S", help="TPOT target: each request's mean time per output token, "
                                      "s (overrides --slo's; --slo-tbt: older name)")
+
+
+def add_server_flags(p, required: bool = False) -> None:
+    """--target, the reference server a command changes, and --admin-token-file, the token
+    its /admin routes want (else $GPUPROBE_ADMIN_TOKEN)."""
+    p.add_argument("--target", required=required, type=http_url, metavar="URL",
+                   help="the reference server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--admin-token-file", default=None, metavar="FILE",
+                   help="file holding the server's admin token (default: $GPUPROBE_ADMIN_TOKEN)")

@@ -93,9 +93,9 @@ def _devices(d) -> str:
     n = d.devices
     if d.replicas == 1:
         return f"{n} device{'s' if n != 1 else ''}"
-    if d.unit_devices == 1:
+    if d.unit.devices == 1:
         return f"{n} devices, one engine each"
-    return f"{n} devices, {d.replicas} copies of {d.unit_devices}"
+    return f"{n} devices, {d.replicas} copies of {d.unit.devices}"
 
 
 def goodput_words(rec, best: dict | None) -> str:

@@ -70,15 +70,9 @@ class Deployment:
         return self.unit.label
 
     @property
-    def unit_devices(self) -> int:
-        if self.layout == "cross":
-            return self.num_prefill * self.prefill_tp + self.num_decode * self.decode_tp
-        return self.tp
-
-    @property
     def devices(self) -> int:
         """Devices the whole deployment takes: its unit's, times the replicas."""
-        return self.unit_devices * self.replicas
+        return self.unit.devices * self.replicas
 
     @property
     def prefill_fraction(self) -> float | None:
@@ -87,7 +81,7 @@ class Deployment:
         if self.layout == "intra":
             return self.prefill_share
         if self.layout == "cross":
-            return self.num_prefill * self.prefill_tp / self.unit_devices
+            return self.num_prefill * self.prefill_tp / self.unit.devices
         return None
 
     def params(self) -> dict:
@@ -207,7 +201,7 @@ class Recommendation:
         max_devices = d.get("max_devices", d.get("devices"))
         replicas = d.get("units")
         if replicas is None and max_devices and layout in SIMPLER_FIRST and "replicas" not in params:
-            replicas = int(max_devices) // Deployment.from_params(layout, params).unit_devices
+            replicas = int(max_devices) // Deployment.from_params(layout, params).unit.devices
         conf = d.get("confidence") or {}
         return cls(
             deployment=Deployment.from_params(layout, params, replicas or None, d.get("link")),

@@ -13,21 +13,23 @@ BASELINE_WINDOWS = (3, 6, 12)
 
 
 @dataclass
-class Last(Candidate):
-    name: str = "last"
+class Baseline(Candidate):
+    """A rule with nothing to fit, which a model must beat to be chosen."""
     kind: str = "baseline"
+
+
+@dataclass
+class Last(Baseline):
+    name: str = "last"
 
     def paths(self, y, start, origins, horizon):
         return flat(y[origins - 1], horizon)
 
 
 @dataclass
-class MovingAverage(Candidate):
+class MovingAverage(Baseline):
     window: int = 3
-    kind: str = "baseline"
-
-    def __post_init__(self):
-        self.name = self.name or f"ma{self.window}"
+    NAME = "ma{window}"
 
     def paths(self, y, start, origins, horizon):
         c = np.concatenate([[0.0], np.cumsum(y)])
@@ -38,9 +40,7 @@ class MovingAverage(Candidate):
 @dataclass
 class MovingMedian(Candidate):
     window: int = 24
-
-    def __post_init__(self):
-        self.name = self.name or f"median{self.window}"
+    NAME = "median{window}"
 
     def paths(self, y, start, origins, horizon):
         from numpy.lib.stride_tricks import sliding_window_view
@@ -50,12 +50,9 @@ class MovingMedian(Candidate):
 
 
 @dataclass
-class SeasonalNaive(Candidate):
+class SeasonalNaive(Baseline):
     period: int = 0
-    kind: str = "baseline"
-
-    def __post_init__(self):
-        self.name = self.name or f"seasonal_naive({self.period})"
+    NAME = "seasonal_naive({period})"
 
     def paths(self, y, start, origins, horizon):
         h = np.arange(horizon)

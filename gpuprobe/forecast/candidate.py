@@ -22,6 +22,10 @@ class Candidate:
     kind: str = "model"
     notes: list = field(default_factory=list)
     own_widths: np.ndarray | None = None
+    NAME = ""  # the default name, formatted with the fields (e.g. "ma{window}")
+
+    def __post_init__(self):
+        self.name = self.name or self.NAME.format(**vars(self))
 
     def fit(self, y: np.ndarray, horizon: int) -> None:  # baselines have nothing to fit
         pass

@@ -46,8 +46,7 @@ class _Deseasonalised(Candidate):
 class StlEts(_Deseasonalised):
     profile: np.ndarray | None = None
 
-    def __post_init__(self):
-        self.name = self.name or f"stl_ets({self.period})"
+    NAME = "stl_ets({period})"
 
     def fit(self, y, horizon):
         from statsmodels.tsa.seasonal import STL
@@ -66,8 +65,7 @@ class StlEts(_Deseasonalised):
 class FourierEts(_Deseasonalised):
     coef: np.ndarray | None = None
 
-    def __post_init__(self):
-        self.name = self.name or f"fourier_ets({self.period})"
+    NAME = "fourier_ets({period})"
 
     def _design(self, idx):
         k = np.arange(1, min(FOURIER_TERMS, self.period // 2) + 1)

@@ -48,46 +48,44 @@ class LeaseRoutes:
                 web.put("/admin/lease", self.renew), web.delete("/admin/lease", self.release)]
 
     async def get(self, request: web.Request) -> web.Response:
-        if (denied := self._denied(request)) is not None:
-            return denied
-        return web.json_response(self.lease.view())
+        return await self._answer(request, None)
 
     async def acquire(self, request: web.Request) -> web.Response:
+        return await self._answer(request, self._acquire)
+
+    async def renew(self, request: web.Request) -> web.Response:
+        return await self._answer(request, self._renew)
+
+    async def release(self, request: web.Request) -> web.Response:
+        return await self._answer(request, self._release)
+
+    async def _answer(self, request: web.Request, change) -> web.Response:
+        """The token checked, `change` applied to the request's body (None: a read), then the
+        lease as it stands; a LeaseError is its 4xx."""
         if (denied := self._denied(request)) is not None:
             return denied
-        try:
-            b = parse_body(await read_body(request))
-            held = self.lease.current()
-            grant, taken = self.lease.acquire(b["holder"], b["purpose"], b["ttl_s"], b["force"])
-        except LeaseError as exc:
-            return lease_error(exc)
+        if change is not None:
+            try:
+                change(await read_body(request))
+            except LeaseError as exc:
+                return lease_error(exc)
+        return web.json_response(self.lease.view())
+
+    def _acquire(self, body) -> None:
+        b = parse_body(body)
+        held = self.lease.current()
+        grant, taken = self.lease.acquire(b["holder"], b["purpose"], b["ttl_s"], b["force"])
         if taken is not None:
             self._record("lease_takeover", takeover_message(grant.holder, taken, "took the lease"))
         elif held is None:
             why = f" for {grant.purpose!r}" if grant.purpose else ""
             self._record("lease_acquired", f"{grant.holder} took the lease{why}, "
                                            f"TTL {grant.ttl_s:g} s")
-        return web.json_response(self.lease.view())
 
-    async def renew(self, request: web.Request) -> web.Response:
-        if (denied := self._denied(request)) is not None:
-            return denied
-        try:
-            body = await read_body(request)
-            b = parse_body({"ttl_s": None, **body} if isinstance(body, dict) else body,
-                           ttl_optional=True)
-            self.lease.renew(b["holder"], b["ttl_s"])
-        except LeaseError as exc:
-            return lease_error(exc)
-        return web.json_response(self.lease.view())
+    def _renew(self, body) -> None:
+        b = parse_body({"ttl_s": None, **body} if isinstance(body, dict) else body, ttl_optional=True)
+        self.lease.renew(b["holder"], b["ttl_s"])
 
-    async def release(self, request: web.Request) -> web.Response:
-        if (denied := self._denied(request)) is not None:
-            return denied
-        try:
-            b = parse_body(await read_body(request))
-            grant = self.lease.release(b["holder"])
-        except LeaseError as exc:
-            return lease_error(exc)
+    def _release(self, body) -> None:
+        grant = self.lease.release(parse_body(body)["holder"])
         self._record("lease_released", f"{grant.holder} released the lease")
-        return web.json_response(self.lease.view())

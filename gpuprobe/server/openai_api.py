@@ -217,13 +217,9 @@ def stream_chunk(req: GenRequest, rid: str, model: str, text: str, finish_reason
         if first:
             delta = {"role": "assistant", **delta}
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        obj = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        obj = "text_completion"
-    if req.return_token_ids:
-        choice["token_ids"] = token_ids or []
-    out = {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice]}
+        choice = _text_choice(text, finish_reason)
+    out = _body(req, rid, model, choice, token_ids, stream=True)
     if completion_tokens is not None:
         out["usage"] = usage(len(req.prompt_token_ids), completion_tokens)
     return out
@@ -241,14 +237,24 @@ def full_response(req: GenRequest, rid: str, model: str, text: str, finish_reaso
     if req.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text},
                   "logprobs": None, "finish_reason": finish_reason}
-        obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        obj = "text_completion"
+        choice = _text_choice(text, finish_reason)
+    return {**_body(req, rid, model, choice, token_ids, stream=False),
+            "usage": usage(len(req.prompt_token_ids), completion_tokens)}
+
+
+def _text_choice(text: str, finish_reason: str | None) -> dict:
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+
+
+def _body(req: GenRequest, rid: str, model: str, choice: dict, token_ids, stream: bool) -> dict:
+    """A response or chunk around one choice: the object named by the request's kind, the
+    choice's token ids where the request asked for them."""
     if req.return_token_ids:
         choice["token_ids"] = token_ids or []
-    return {"id": rid, "object": obj, "created": int(time.time()), "model": model,
-            "choices": [choice], "usage": usage(len(req.prompt_token_ids), completion_tokens)}
+    obj = ("chat.completion.chunk" if stream else "chat.completion") if req.kind == "chat" \
+        else "text_completion"
+    return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": [choice]}
 
 
 def check_model(requested: str, served: str) -> None:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.argtypes import http_url, positive_int
+from gpuprobe.argtypes import positive_int
+from gpuprobe.cli.flags import add_server_flags
 
 NAME = "apply"
 HELP = ("switch a running reference server to a stored recommendation (POST /admin/layout), "
@@ -13,10 +14,7 @@ HELP = ("switch a running reference server to a stored recommendation (POST /adm
 def add_arguments(p) -> None:
     p.add_argument("--recommendation", required=True, type=positive_int, metavar="ID",
                    help="recommendation id (printed by gpuprobe recommend)")
-    p.add_argument("--target", required=True, type=http_url, metavar="URL",
-                   help="the reference server, e.g. http://127.0.0.1:8000")
-    p.add_argument("--admin-token-file", default=None, metavar="FILE",
-                   help="file holding the server's admin token (default: $GPUPROBE_ADMIN_TOKEN)")
+    add_server_flags(p, required=True)
     p.add_argument("--force", action="store_true",
                    help="switch even while another controller (an autopilot) holds the server's "
                         "lease: that lease ends, the autopilot stops, the server records the takeover")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gpuprobe.argtypes import http_url, positive_float, positive_int
+from gpuprobe.argtypes import positive_float, positive_int
+from gpuprobe.cli.flags import add_server_flags
 
 NAME = "autopilot"
 HELP = "switch a live server's layout ahead of its prefill/decode mix, with hysteresis and an audit log"
@@ -12,8 +13,7 @@ HELP = "switch a live server's layout ahead of its prefill/decode mix, with hyst
 
 def add_arguments(p) -> None:
     p.add_argument("what", nargs="?", choices=["log"], help="log: print the audit log instead of running")
-    p.add_argument("--target", type=http_url, metavar="URL", help="the reference server, e.g. http://127.0.0.1:8000")
-    p.add_argument("--admin-token-file", metavar="FILE", help="bearer token (else $GPUPROBE_ADMIN_TOKEN)")
+    add_server_flags(p)
     p.add_argument("--interval", default="30s", help="time between decisions (default 30s)")
     p.add_argument("--window", default=None, help="how far back each decision reads (default: one interval)")
     p.add_argument("--slo", default=None, help="a preset (chat, code, summarize, batch) or 'ttft_p99=2s,tpot_p90=100ms,itl_p99=200ms,attain=0.9' (default chat)")
@@ -24,7 +24,7 @@ def add_arguments(p) -> None:
                    help="take the last window as the next interval instead of forecasting it")
     p.add_argument("--history", default="10m", help="how far back the forecaster reads (default 10m)")
     p.add_argument("--devices", type=positive_int, default=2,
-                   help="devices recommend may lay out (default 2: the reference server's cross is 1P1D)")
+                   help="devices recommend may lay out (default 2); cross xPyD takes x + y workers, which a server given --prefill-workers/--decode-workers runs on them")
     p.add_argument("--profile", metavar="FILE", help="cost-model profile JSON (gpuprobe profile) for the predictions")
     p.add_argument("--dry-run", action="store_true", help="decide and log; switch nothing")
     p.add_argument("--min-dwell", default="5m", help="how long a layout, and a challenger's lead, must hold before a switch (default 5m)")

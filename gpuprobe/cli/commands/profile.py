@@ -58,13 +58,11 @@ def add_arguments(p) -> None:
                         "roofline: the datasheet model even where data exists")
     p.add_argument("--engine-version", metavar="V",
                    help="--spec: that engine's data version (default the newest the data has)")
-    p.add_argument("--tp", type=positive_int, metavar="N",
-                   help="--spec: tensor-parallel devices per worker (default 1): the step adds "
-                        "two all-reduces per layer, weights and KV cache split N ways")
-    p.add_argument("--prefill-tp", type=positive_int, metavar="N",
-                   help="--spec: TP of cross's prefill workers (default --tp)")
-    p.add_argument("--decode-tp", type=positive_int, metavar="N",
-                   help="--spec: TP of cross's decode workers (default --tp)")
+    for flag, what in (("--tp", "tensor-parallel devices per worker (default 1): the step adds "
+                                "two all-reduces per layer, weights and KV cache split N ways"),
+                       ("--prefill-tp", "TP of cross's prefill workers (default --tp)"),
+                       ("--decode-tp", "TP of cross's decode workers (default --tp)")):
+        p.add_argument(flag, type=positive_int, metavar="N", help=f"--spec: {what}")
     p.add_argument("--gpu-memory-utilization", type=share_of_whole, metavar="F",
                    help="--spec: share of each device's memory the engine may take, as vLLM's "
                         "flag (default 0.9); the KV cache gets what weights and activations "

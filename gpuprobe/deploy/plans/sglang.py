@@ -93,9 +93,7 @@ def _split(rec: Recommendation, model: str, total_sms: int) -> Plan:
     else:
         notes.append("NIXL needs `pip install nixl`.")
     notes += split.host_note(d)
-    where = (f"on {d.devices} GPU(s), each split by MPS" if d.layout == "intra" else
-             f"as {d.num_prefill * d.replicas} prefill server(s) of TP{d.prefill_tp} and "
-             f"{d.num_decode * d.replicas} decode server(s) of TP{d.decode_tp}")
+    where = split.where(d, "server")
     return Plan("sglang", rec, VERSION, sources,
                 f"Disaggregated SGLang ({d.layout}): prefill and decode servers {where}, KV "
                 f"over {be}, the router in front.", tuple(procs), setup, tuple(notes))

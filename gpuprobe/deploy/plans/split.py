@@ -81,6 +81,15 @@ def host_note(d: Deployment) -> tuple[str, ...]:
             f"taken mod 8.",)
 
 
+def where(d: Deployment, unit: str) -> str:
+    """Where a split plan's processes run, in words: the GPUs MPS splits, or how many prefill
+    and decode `unit`s (server, worker) of which TP."""
+    if d.layout == "intra":
+        return f"on {d.devices} GPU(s), each split by MPS"
+    return (f"as {d.num_prefill * d.replicas} prefill {unit}(s) of TP{d.prefill_tp} and "
+            f"{d.num_decode * d.replicas} decode {unit}(s) of TP{d.decode_tp}")
+
+
 def link_notes(d: Deployment) -> tuple[str, ...]:
     if d.layout != "cross":
         return ()

@@ -95,9 +95,7 @@ def _split(rec: Recommendation, model: str, total_sms: int) -> Plan:
     notes.append(f"The proxy is vLLM's example ({PROXY}, run from a vLLM checkout); any router "
                  f"that sends the prefill request first and passes kv_transfer_params on works.")
     notes += split.host_note(d)
-    where = (f"on {d.devices} GPU(s), each split by MPS" if d.layout == "intra" else
-             f"as {d.num_prefill * d.replicas} prefill worker(s) of TP{d.prefill_tp} and "
-             f"{d.num_decode * d.replicas} decode worker(s) of TP{d.decode_tp}")
+    where = split.where(d, "worker")
     return Plan("vllm", rec, VERSION, sources,
                 f"Disaggregated vLLM ({d.layout}): prefill and decode instances {where}, the KV "
                 f"cache handed over by NixlConnector.", tuple(procs), setup, tuple(notes))
