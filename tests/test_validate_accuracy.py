@@ -24,6 +24,7 @@ def _workload(path) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.solo  # its bar needs a quiet machine: `make test` runs it after the rest, alone
 @pytest.mark.timeout(600)
 def test_validate_is_accurate_on_a_small_case_and_simulate_predicts_the_same(
         tmp_path, monkeypatch, capsys):
