@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from waiting import wait_for
+
 from gpuprobe.server.link_auth import LinkConfig
 from gpuprobe.server.link_limits import LinkLimits
 from gpuprobe.server.link_server import LinkCounters, LinkServer
@@ -87,6 +89,9 @@ def test_messages_flow_both_ways_and_a_new_front_takes_over(link):
 
     try:
         got, lost, info = asyncio.run(front())
+        # the second front's reset reaches the engine loop on its own thread, maybe after the
+        # first front has heard that it was replaced
+        wait_for(lambda: seen.count("reset") >= 2, "the second front's reset", 30)
     finally:
         stop.set()
         server.close()
