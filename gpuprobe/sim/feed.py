@@ -44,11 +44,8 @@ class InputFeed:
         i = j
         while ready[i] <= t:
             i += 1
-        self.i, self.ready_s = i, ready[i]
-        if i >= self.num_inputs:  # _update(), inlined: once a turn in the simulator's loop
-            self.exhausted, self.next_s = True, self.burst_s
-        else:
-            self.next_s = self.burst_s if self.burst_s < self.ready_s else self.ready_s
+        self.i, self.ready_s, self.exhausted = i, ready[i], i >= self.num_inputs
+        self._update()
         return self.seqs[j:i]
 
     def take_bursts(self, t: float) -> float:
@@ -58,7 +55,7 @@ class InputFeed:
         while bursts[js] <= t:
             js += 1
         self._js, self.burst_s = js, bursts[js]
-        self._update()  # (bursts are rarer than inputs: not inlined)
+        self._update()
         return self._stall_s * (js - j) if self._cum is None else self._cum[js] - self._cum[j]
 
     def _update(self) -> None:
