@@ -135,7 +135,7 @@ class SimEngine:
         step = self._prefill_step if self.config.role == "prefill" else self._step
         pending, wake = self._pending, self._wake
         # a decode worker's inputs wait for their KV import (_admit); the others' go to the
-        # scheduler here, inline (a call per input costs the bench's figure several percent)
+        # scheduler here, inline: this loop turns once per step, so it keeps its calls few
         decode, add, rejected = self.config.role == "decode", self.sched.add, self.rejected
         idle_from = -INF if wake is not None else None  # idle since (clock); None: busy
         t = 0.0
