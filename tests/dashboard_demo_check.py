@@ -34,8 +34,8 @@ def basic_charts(at: AppTest) -> list[dict]:
 
 
 def check_every_page(store: Path, applied_layout: str) -> None:
-    """Assert each page's figures from the demo's store; `applied_layout` is the layout the
-    demo's apply stage switched its server to."""
+    """Assert each page's figures from the demo's store; `applied_layout` is the layout its
+    server runs after the apply stage (unchanged where it already ran the recommended one)."""
     old = os.environ.get("GPUPROBE_STORE")
     try:
         at = run_page("overview", store)

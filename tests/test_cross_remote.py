@@ -102,7 +102,7 @@ def _prompt(i: int) -> tuple[list[int], int]:
     return [(7 * i + 13 * j) % 250 + 1 for j in range(3 + i % 37)], 8 + (i * 11) % 40
 
 
-async def _stream(s, url: str, prompt, max_tokens: int, progress: list | None = None) -> dict:
+async def _stream(s, url: str, prompt, max_tokens: int) -> dict:
     """A streamed completion with return_token_ids: its token ids, and an error event if any."""
     body = {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
             "temperature": 0, "return_token_ids": True}
@@ -115,8 +115,6 @@ async def _stream(s, url: str, prompt, max_tokens: int, progress: list | None = 
                 continue
             out["rid"] = obj["id"]
             out["ids"] += obj["choices"][0]["token_ids"]
-            if progress is not None:
-                progress.append(obj["id"])
     return out
 
 
@@ -340,12 +338,16 @@ def test_a_killed_decode_worker_fails_only_its_requests_and_rejoins(cluster):
     jobs = [([(5 * i + j) % 200 + 1 for j in range(12)], 300) for i in range(40)]
 
     async def load():
-        progress: list = []
+        auth = {"Authorization": f"Bearer {TOKEN}"}
         async with _session() as s:
-            tasks = [asyncio.ensure_future(_stream(s, c.url, p, n, progress)) for p, n in jobs]
+            tasks = [asyncio.ensure_future(_stream(s, c.url, p, n)) for p, n in jobs]
             deadline = time.monotonic() + 120
-            while len(set(progress)) < 12 or len(progress) < 60:  # mid-decode on both workers
-                assert time.monotonic() < deadline, "the load did not start"
+            while True:  # until d1 decodes requests that streamed (the front's count, not a guess)
+                async with s.get(c.url + "/admin/workers", headers=auth) as r:
+                    ws = (await r.json())["workers"]
+                if sum(w["streaming"] for w in ws if w["worker"] == c.wid("d1")) >= 2:
+                    break
+                assert time.monotonic() < deadline, f"d1 never held streaming requests: {ws}"
                 await asyncio.sleep(0.02)
             os.kill(d1.proc.pid, signal.SIGKILL)
             d1.proc.wait()

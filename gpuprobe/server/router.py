@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 
 from gpuprobe.server import routing
 from gpuprobe.server import telemetry as tm
@@ -356,15 +357,24 @@ class Router:
             self.backlog = []
 
     def worker_pids(self) -> list[dict]:
+        """Each worker of the active and draining layouts; `requests`: those it holds or is to
+        decode, `streaming`: of them, those that sent their client a token (a loss fails these)."""
         out = []
         for inst, state in [(self.active, "active")] + [(i, "draining") for i in self.retired]:
             if inst is None:
                 continue
+            held, streaming = Counter(), Counter()
+            for t in self.requests.values():
+                if t.layout is inst:
+                    for wid in {t.owner, t.decode_id} - {""}:
+                        held[wid] += 1
+                        streaming[wid] += bool(t.token_times_s)
             for w in inst.workers.values():
                 out.append({"worker": w.worker_id, "role": w.spec.role, "layout": inst.name,
                             "state": state, "pid": w.pid, "alive": w.alive,
                             "cores": list(w.spec.cores), "partition": w.info.get("partition"),
-                            "addr": getattr(w.spec, "addr", None)})
+                            "addr": getattr(w.spec, "addr", None),
+                            "requests": held[w.worker_id], "streaming": streaming[w.worker_id]})
         return out
 
     # ---- shutdown -----------------------------------------------------------------------
