@@ -44,9 +44,10 @@ def test_open_loop_slow_server_does_not_delay_sends(tmp_path):
     with FakeOpenAIServer(token_delay_s=0.2) as srv:   # each request takes ~1 s; sends every 20 ms
         r = replay(workload(25, gap_s=0.02), srv.url)
     assert r.status_counts() == {"ok": 25}
-    # closed loop would lag by a second per request (the last one by ~24 s) and take 25 s; the
-    # bounds leave a loaded 2-core machine its scheduling hiccups and still tell the two apart
-    assert r.records["send_lag_s"].quantile(0.8) < 0.25 and r.records["send_lag_s"].max() < 0.9
+    # closed loop would lag by a second per request (the 80th percentile by ~19 s, the last by
+    # ~24 s) and take 25 s; the bounds leave a loaded 2-core machine a stall of a second or two
+    # and still tell the two apart by an order of magnitude
+    assert r.records["send_lag_s"].quantile(0.8) < 1.0 and r.records["send_lag_s"].max() < 3.0
     assert r.wall_s < 10
 
 

@@ -222,7 +222,7 @@ def test_an_unknown_model_is_404_and_the_served_one_or_none_works(reference_serv
                              "code": "model_not_found"}
     for extra in ({}, {"model": "tiny"}):
         status, body = _post(reference_server, "/v1/completions",
-                             {"prompt": "hi", "max_tokens": 2, **extra})
+                             {"prompt": "hi", "max_tokens": 2, "ignore_eos": True, **extra})
         assert status == 200 and body["usage"]["completion_tokens"] == 2
 
 

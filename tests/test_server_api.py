@@ -29,7 +29,8 @@ def server(tmp_path_factory):
     token_file.write_text(TOKEN + "\n")
     log = tmp / "server.log"
     srv = start_server("tiny", "monolithic", store=str(tmp / "store.db"), log_path=str(log),
-                       admin_token_file=str(token_file), max_num_seqs=64, max_queue=64)
+                       admin_token_file=str(token_file), max_num_seqs=64, max_queue=64,
+                       max_queue_wait="0")  # no 429 for a wait a busy machine predicts
     srv.store_path, srv.log = tmp / "store.db", log
     try:
         yield srv
@@ -191,7 +192,14 @@ def test_killed_worker_fails_its_requests_and_server_recovers(server):
         timeout = aiohttp.ClientTimeout(total=60)
         async with aiohttp.ClientSession(timeout=timeout) as s:
             task = asyncio.ensure_future(stream_completion(s, server.url, [5, 6], 1500))
-            await asyncio.sleep(1.0)
+            deadline = time.monotonic() + 60
+            while True:  # a request that streamed fails with its worker (one that did not reruns)
+                async with s.get(server.url + "/admin/workers", headers=auth) as resp:
+                    ws = (await resp.json())["workers"]
+                if any(w["pid"] == pid and w["streaming"] for w in ws):
+                    break
+                assert time.monotonic() < deadline, f"the request never streamed: {ws}"
+                await asyncio.sleep(0.02)
             os.kill(pid, signal.SIGKILL)
             return await task
 

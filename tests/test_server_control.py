@@ -84,7 +84,7 @@ def test_the_lease_refuses_others_and_records_a_forced_takeover(server):
         with Store.open(server.db, read_only=True) as store:
             ev, lay = store.events(source="server", since_s=t_start), \
                 store.layout_events(since_s=t_start)
-        return (ev, lay) if len(ev) >= 3 and len(lay) >= 1 else None
+        return (ev, lay) if len(ev) >= 4 and len(lay) >= 1 else None
     events, layouts = wait_for(stored, "the lease's events in the store")
     assert list(events.kind) == ["lease_acquired", "lease_takeover", "lease_acquired",
                                  "lease_released"]
