@@ -31,12 +31,12 @@ from gpuprobe.engine.sequence import SeqStatus, Sequence
 from gpuprobe.perf.costmodel import StepCost
 from gpuprobe.perf.front_events import LEAD_S
 from gpuprobe.sim.feed import INF, NO_INPUT, InputFeed
+from gpuprobe.sim.macro import TOKEN, macro_chain
 from gpuprobe.sim.noise import noisy_step_fn
 from gpuprobe.sim.scheduler import SimScheduler
 from gpuprobe.sim.timeline import macro_ends
 
 MIN_MACRO_STEPS = 1  # the bench and tests set it out of reach to get the single-step baseline
-TOKEN = 1            # every simulated token; the trace fixes lengths (ignore_eos)
 RUNNING = SeqStatus.RUNNING
 
 
@@ -132,6 +132,7 @@ class SimEngine:
         waiting, running = self.sched.waiting, self.sched.running
         min_macro = MIN_MACRO_STEPS  # read once: the bench and tests set it before a run
         plan = self._macro_plan(min_macro)
+        macro_steps = macro_chain(self, self._pending, min_macro) if plan is not None else None
         step = self._prefill_step if self.config.role == "prefill" else self._step
         pending, wake = self._pending, self._wake
         # a decode worker's inputs wait for their KV import (_admit); the others' go to the
@@ -172,7 +173,7 @@ class SimEngine:
             if plan is not None and not waiting:  # (a waiting prompt: no uniform step next)
                 k, C = plan(TOKEN)
                 if k >= min_macro:
-                    t = self._macro_steps(t, next_s, k, C, pending, min_macro)
+                    t = macro_steps(t, next_s, k, C)
                     continue
             stepped = step(t + woke)  # (woke > 0: a prompt waits, so no macro-step came first)
             if stepped is None:  # nothing schedulable until something arrives
@@ -193,61 +194,6 @@ class SimEngine:
         if self.config.role == "prefill" or min_macro >= 10 ** 9 or self._noisy:
             return None
         return self.sched.decode_run.plan
-
-    def _macro_steps(self, t: float, next_s: float, k: int, C: int, pending: deque,
-                     min_macro: int) -> float:
-        """Macro-steps from clock t, the first of up to k uniform decode steps (C: its first
-        step's KV positions), while nothing else could come between them (the run loop would
-        plan the next at once: no input or burst due, none pending); returns the clock.
-        Each stops after the first step that ends at or after next_s (the next input joins
-        before the step after it). Each step's time == step_s(0, 0, B, c), bit for bit.
-        Padded or not, every sequence moves one position a step: c grows by B a step."""
-        d0, d1, d2, ovh, scale = self._dec
-        run, plain, close = self.sched.decode_run, self._plain, self._close
-        plan, advance, running = run.plan, run.advance, self.sched.running
-        max_ctx = run.max_ctx if self._padded else None
-        n, m, chain_end = self.num_steps, self.num_macro_steps, self._chain_end
-        while True:
-            B = len(running)
-            if max_ctx is not None:
-                C = B * max_ctx()
-            x = d0 + d1 * B
-            t0 = t
-            if plain:
-                for c in range(C, C + k * B, B):
-                    t += x + d2 * c
-                    if t >= next_s:
-                        break
-            else:
-                for c in range(C, C + k * B, B):
-                    t += (x + d2 * c + ovh) * scale
-                    if t >= next_s:
-                        break
-            K = (c - C) // B + 1
-            if t0 != chain_end:  # something moved the clock since the last one
-                self.chain_starts.append(m)
-            chain_end = t
-            self.busy_s += t - t0
-            finished = advance(K, TOKEN)  # == advance_decodes()
-            self.macro_first.append(n)
-            self.macro_len.append(K)
-            self.macro_t0.append(t0)
-            self.macro_seqs.append(B)
-            self.macro_ctx.append(C)
-            self.num_uniform += K  # (before _close, which reads it)
-            for seq in finished:
-                close(seq.seq_id)
-            n += K
-            m += 1
-            if B > self.max_decode_seqs:
-                self.max_decode_seqs = B
-            if t >= next_s or pending:
-                break
-            k, C = plan(TOKEN)
-            if k < min_macro:  # the run loop plans again, and takes a single step
-                break
-        self.num_steps, self.num_macro_steps, self._chain_end = n, m, chain_end
-        return t
 
     def _admit(self, pending: deque, t: float) -> float:
         """Hand prefilled sequences to the decode scheduler while it takes them; returns the

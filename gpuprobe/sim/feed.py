@@ -44,8 +44,13 @@ class InputFeed:
         i = j
         while ready[i] <= t:
             i += 1
-        self.i, self.ready_s, self.exhausted = i, ready[i], i >= self.num_inputs
-        self._update()
+        self.i = i
+        next_s = self.ready_s = ready[i]
+        if i >= self.num_inputs:
+            self.exhausted, next_s = True, INF
+        # _update(), inline: a call less per input batch (about 1% of sim_bench's figure)
+        burst_s = self.burst_s
+        self.next_s = burst_s if burst_s < next_s else next_s
         return self.seqs[j:i]
 
     def take_bursts(self, t: float) -> float:
