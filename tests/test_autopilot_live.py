@@ -267,10 +267,10 @@ class Clock:
         return self.t
 
 
-def _server_rows(mix: str, now: float, seed: int) -> list[dict]:
+def _server_rows(mix: str, now: float, seed: int, ids: str = "r") -> list[dict]:
     """Request rows as the server writes them, finished just now, of one mix."""
     wl = synthesize(RATE, WINDOW, LENGTHS, mix_shift=(mix, mix), seed=seed)
-    return [{"source": "server", "request_id": f"r{i}", "arrival_s": now - WINDOW + a,
+    return [{"source": "server", "request_id": f"{ids}{i}", "arrival_s": now - WINDOW + a,
              "finish_s": now - 0.1, "prompt_tokens": int(p), "output_tokens": int(o), "status": "ok",
              "ttft_s": 0.05, "token_times": [0.05 * k for k in range(1, int(o) + 1)]}
             for i, (a, p, o) in enumerate(zip(wl.arrival_s, wl.prompt_tokens, wl.output_tokens))]
@@ -318,6 +318,11 @@ def test_switch_cut_off_midway_is_logged_and_the_layout_reread(server, profile, 
             now = AdminClient(server.url, TOKEN).layout()
             return now["layout"] == want and not now.get("switching")
         wait_for(settled, f"the server settled on {want}", timeout_s=120)
+        # The second decision reads the same requests as the first, moved to just now: settling
+        # can take longer than a window on a busy machine, and part of the first window, or both
+        # copies at once, could pick other settings (whose switch would be cut off again).
+        wait_for(lambda: time.time() > now + WINDOW, "the first window to pass", timeout_s=10)
+        store.insert_requests(_server_rows(mix, time.time(), 4, ids="again"))
         second = ap.step()
     assert first["action"] == "no-target" and "broke off" in first["reason"], first
     assert ap.state.failures == 0 and not ap.state.halted  # not counted as a failed switch
