@@ -178,3 +178,60 @@ def test_zero_import_term_changes_nothing():
     a = simulate(_trace(), _profile(), "cross", config=cfg)
     b = simulate(_trace(), _with_import(0.0, 0.0), "cross", config=cfg)
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+
+
+def _prefill_worker(fast: bool, monkeypatch, noisy: bool):
+    from gpuprobe.sim.engine import SimEngine
+    from gpuprobe.sim.layouts import _sequences
+
+    monkeypatch.setattr(sim_engine, "MIN_MACRO_STEPS", 1 if fast else 10 ** 9)
+    rng = np.random.default_rng(5)
+    n = 400
+    prompts, outputs = rng.integers(1, 700, n), rng.integers(1, 4, n)  # some end at prefill
+    seqs = _sequences(prompts, outputs, rng.integers(0, 300, n))  # some prompts part-cached
+    arrival = np.cumsum(rng.exponential(0.004, n)).tolist()  # a queue builds up
+    # blocks cover the whole prompt, the budget only its uncached part: either can stop first;
+    # a prompt over the budget runs alone
+    cfg = SchedulerConfig(role="prefill", num_blocks=45, max_num_seqs=3,
+                          max_num_batched_tokens=600)
+    w = _profile().workers["cross.prefill"]
+    if noisy:
+        from dataclasses import replace
+        w = replace(w, prefill_noise=(0.9, 1.0, 1.2))
+    eng = SimEngine(cfg, w, np.random.default_rng(1))
+    eng.run(arrival, seqs, arrival)
+    state = [(s.seq_id, s.num_tokens, s.num_computed_tokens, s.status, s.finish_reason,
+              s.block_table) for s in seqs]
+    return eng, state
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_prefill_worker_fast_steps_equal_the_schedulers(noisy, monkeypatch):
+    # Admission stops on each of its limits (blocks, max_num_seqs, the token budget) and some
+    # requests finish at their first token: the fast step must leave what the Scheduler's does.
+    stops = {"blocks": 0, "seqs": 0}
+    from gpuprobe.sim.scheduler import KvPool
+    can, admit = KvPool.can_allocate, Scheduler._admit
+
+    def counting_admit(self, budget, whole):
+        chunks = admit(self, budget, whole)
+        stops["seqs"] += len(chunks) == self.config.max_num_seqs
+        return chunks
+
+    def counting(self, seq, num_tokens):
+        ok = can(self, seq, num_tokens)
+        stops["blocks"] += not ok
+        return ok
+    monkeypatch.setattr(KvPool, "can_allocate", counting)
+    monkeypatch.setattr(Scheduler, "_admit", counting_admit)
+    slow, slow_state = _prefill_worker(False, monkeypatch, noisy)
+    assert stops["blocks"] > 0 and stops["seqs"] > 0
+    fast, fast_state = _prefill_worker(True, monkeypatch, noisy)
+    assert fast_state == slow_state
+    assert fast.first_s == slow.first_s
+    assert [s.seq_id for s in fast.prefilled] == [s.seq_id for s in slow.prefilled]
+    assert list(fast.prefilled_s) == list(slow.prefilled_s)
+    assert (fast.num_steps, fast.busy_s, fast.max_prefill_tokens, [s.seq_id for s in fast.rejected]) \
+        == (slow.num_steps, slow.busy_s, slow.max_prefill_tokens, [s.seq_id for s in slow.rejected])
+    assert len(fast.prefilled) < len(fast.first_s)  # some finished at their first token
+    assert fast.num_steps < len(fast.first_s)  # some steps took several prompts

@@ -14,6 +14,10 @@ unrecorded and rebuilt afterwards, vectorized with the same operations in the sa
 (timeline.macro_ends), from what a macro-step records: its start clock, batch and KV
 positions.
 
+A prefill-first prefill worker steps through prefill_steps.prefill_stepper: the Scheduler's
+admissions and effects, without its per-request objects (the single-step baseline keeps the
+Scheduler's path).
+
 Token times are kept compact, never per token: each request's later tokens are runs of
 consecutive steps. A run in the uniform decode steps (every decoding sequence took part) is
 opened when a sequence starts decoding and closed when it finishes, is preempted or gets a
@@ -33,6 +37,7 @@ from gpuprobe.perf.front_events import LEAD_S
 from gpuprobe.sim.feed import INF, NO_INPUT, InputFeed
 from gpuprobe.sim.macro import TOKEN, macro_chain
 from gpuprobe.sim.noise import noisy_step_fn
+from gpuprobe.sim.prefill_steps import prefill_stepper
 from gpuprobe.sim.scheduler import SimScheduler
 from gpuprobe.sim.timeline import macro_ends
 
@@ -133,7 +138,10 @@ class SimEngine:
         min_macro = MIN_MACRO_STEPS  # read once: the bench and tests set it before a run
         plan = self._macro_plan(min_macro)
         macro_steps = macro_chain(self, self._pending, min_macro) if plan is not None else None
-        step = self._prefill_step if self.config.role == "prefill" else self._step
+        step = self._step
+        if self.config.role == "prefill":  # prefill-first: without the Scheduler's objects
+            fast = prefill_stepper(self, TOKEN) if min_macro < 10 ** 9 else None
+            step = fast or self._prefill_step
         pending, wake = self._pending, self._wake
         # a decode worker's inputs wait for their KV import (_admit); the others' go to the
         # scheduler here, inline: this loop turns once per step, so it keeps its calls few

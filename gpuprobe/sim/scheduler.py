@@ -11,7 +11,8 @@ steps taken, and are settled wherever the Scheduler reads them. That is where th
 says a subclass may step in: its block manager (KvPool: free blocks net of those the run
 owes) and _schedule_decodes() (the run is settled before a step decodes); abort() settles
 it too. Nothing else is overridden: the policy's admissions and steps are Scheduler's own
-calls, at its own cost.
+calls, at its own cost. (A prefill-first prefill worker's steps, where every step starts from
+an empty pool, are taken without it: prefill_steps.py, compared with these in the tests.)
 """
 from __future__ import annotations
 
