@@ -41,11 +41,6 @@ async def _post(s, url, body, read_all=True):
         return r.status, r.headers.get("Retry-After"), (await r.json() if r.status != 200 else None)
 
 
-async def _burst(url: str, n: int):
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
-        return await asyncio.gather(*(_post(s, url, BODY) for _ in range(n)))
-
-
 def _metrics(url: str) -> dict:
     text = requests.get(url + "/metrics", timeout=10).text
     out = {}
@@ -57,15 +52,46 @@ def _metrics(url: str) -> dict:
     return out
 
 
+async def _queue(s, url: str) -> tuple[float, float]:
+    """(running, waiting) as the server counts them now (read on each /metrics scrape)."""
+    async with s.get(url + "/metrics") as r:
+        m = {(smp.name): smp.value for fam in text_string_to_metric_families(await r.text())
+             for smp in fam.samples}
+    return m["vllm:num_requests_running"], m["vllm:num_requests_waiting"]
+
+
+async def _wait_for(s, url: str, running: int, waiting: int) -> None:
+    while await _queue(s, url) != (running, waiting):
+        await asyncio.sleep(0.02)
+
+
+async def _one_behind_another(s, url: str, long_tokens: int):
+    """Start a request of long_tokens, then (once it runs: one sequence at a time) a short
+    one that waits behind it; returns both tasks once the server counts one running and one
+    waiting. Each stage waits on the server's own counts, so a slow client cannot spread
+    the arrivals out."""
+    long = asyncio.create_task(_post(s, url, {**BODY, "max_tokens": long_tokens}))
+    await _wait_for(s, url, 1, 0)
+    queued = asyncio.create_task(_post(s, url, BODY))
+    await _wait_for(s, url, 1, 1)
+    return long, queued
+
+
 def test_predicted_wait_past_the_limit_is_429_with_retry_after(server):
-    first = asyncio.run(_burst(server.url, 2))  # the second waits behind the first
-    assert [r[0] for r in first] == [200, 200]
-    results = asyncio.run(_burst(server.url, 4))
-    statuses = [r[0] for r in results]
-    assert 200 in statuses and statuses.count(429) >= 1, results
-    for status, retry_after, body in results:
-        if status == 429:
-            assert int(retry_after) >= 1 and "--max-queue-wait" in body["error"]["message"]
+    async def third_while_one_waits():
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
+            # the estimate: a first token that came a long request's 500 tokens after the one
+            # before it
+            assert [(await t)[0] for t in await _one_behind_another(s, server.url, 500)] \
+                == [200, 200]
+            # a third request while one waits is predicted to wait past the 10 ms limit
+            long, queued = await _one_behind_another(s, server.url, 1000)
+            third = await _post(s, server.url, BODY)
+            return [await long, await queued, third]
+    results = asyncio.run(third_while_one_waits())
+    assert [r[0] for r in results] == [200, 200, 429], results
+    _, retry_after, err = results[2]
+    assert int(retry_after) >= 1 and "--max-queue-wait" in err["error"]["message"]
 
 
 def test_metrics_equal_the_store_and_refusals_are_recorded(server):
