@@ -42,7 +42,11 @@ async def _post(s, url, body, read_all=True):
 
 
 def _metrics(url: str) -> dict:
-    text = requests.get(url + "/metrics", timeout=10).text
+    return _parse(requests.get(url + "/metrics", timeout=10).text)
+
+
+def _parse(text: str) -> dict:
+    """/metrics as {(name, reason or status label): value}, summed over other labels."""
     out = {}
     for fam in text_string_to_metric_families(text):
         for smp in fam.samples:
@@ -55,9 +59,8 @@ def _metrics(url: str) -> dict:
 async def _queue(s, url: str) -> tuple[float, float]:
     """(running, waiting) as the server counts them now (read on each /metrics scrape)."""
     async with s.get(url + "/metrics") as r:
-        m = {(smp.name): smp.value for fam in text_string_to_metric_families(await r.text())
-             for smp in fam.samples}
-    return m["vllm:num_requests_running"], m["vllm:num_requests_waiting"]
+        m = _parse(await r.text())
+    return m[("vllm:num_requests_running", None)], m[("vllm:num_requests_waiting", None)]
 
 
 async def _wait_for(s, url: str, running: int, waiting: int) -> None:
